@@ -1,0 +1,423 @@
+#include <sys/types.h>
+#include <sys/stat.h>
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <bsd/stdlib.h>
+#include <bsd/string.h>
+#include <ini.h>
+
+#include "config.h"
+#include "log.h"
+#include "util.h"
+
+#ifndef FLEET_SYSCONFDIR
+#define FLEET_SYSCONFDIR	"/usr/local/etc"
+#endif
+
+#define ERRORS_MAX	20
+#define ENTRIES_MAX	10000
+
+enum key_type {
+	K_INT,
+	K_LISTEN,
+	K_LOGLEVEL
+};
+
+struct keydef {
+	const char	*name;
+	enum key_type	 type;
+	size_t		 off;
+	int64_t		 min;
+	int64_t		 max;
+};
+
+#define O(f)	offsetof(struct fleet_config, f)
+
+static const struct keydef profile_keys[] = {
+	{ "listen", K_LISTEN, O(listen_host), 0, 65535 },
+	{ "workers", K_INT, O(workers), 1, 64 },
+	{ "shutdown_timeout", K_INT, O(shutdown_timeout), 0, 86400 },
+	{ "kill_timeout", K_INT, O(kill_timeout), 1, 600 },
+	{ "log_level", K_LOGLEVEL, O(log_level), 0, 0 },
+};
+
+struct entry {
+	char	*section;
+	char	*key;
+	char	*value;
+	int	 line;
+};
+
+struct parse {
+	FILE		*fp;
+	const char	*path;
+	int		 line;
+	struct entry	*entries;
+	size_t		 nentries;
+	char		*errors;
+	size_t		 nerrors;
+};
+
+static void
+perr(struct parse *p, int line, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void
+perr(struct parse *p, int line, const char *fmt, ...)
+{
+	va_list	 ap;
+	char	*msg, *old = p->errors;
+
+	if (++p->nerrors > ERRORS_MAX)
+		return;
+	va_start(ap, fmt);
+	if (vasprintf(&msg, fmt, ap) == -1)
+		fatal("vasprintf");
+	va_end(ap);
+	if (p->nerrors == ERRORS_MAX)
+		xasprintf(&p->errors, "%s%s:%d: %s\n%s: too many errors\n",
+		    old ? old : "", p->path, line, msg, p->path);
+	else if (line > 0)
+		xasprintf(&p->errors, "%s%s:%d: %s\n", old ? old : "",
+		    p->path, line, msg);
+	else
+		xasprintf(&p->errors, "%s%s: %s\n", old ? old : "", p->path,
+		    msg);
+	free(old);
+	free(msg);
+}
+
+static void
+add_entry(struct parse *p, const char *section, const char *key,
+    const char *value)
+{
+	struct entry	*e;
+
+	p->entries = xreallocarray(p->entries, p->nentries + 1,
+	    sizeof(*p->entries));
+	e = &p->entries[p->nentries++];
+	e->section = xstrdup(section);
+	e->key = key ? xstrdup(key) : NULL;
+	e->value = value ? xstrdup(value) : NULL;
+	e->line = p->line;
+}
+
+/*
+ * inih calls us only for keys, so a section with none would go unseen:
+ * record every section header as an entry without a key.
+ */
+static void
+note_section(struct parse *p, const char *line)
+{
+	const char	*end;
+	char		 name[128];
+
+	while (*line == ' ' || *line == '\t')
+		line++;
+	if (*line != '[' || (end = strchr(line, ']')) == NULL ||
+	    (size_t)(end - line - 1) >= sizeof(name))
+		return;
+	memcpy(name, line + 1, end - line - 1);
+	name[end - line - 1] = '\0';
+	if (p->nentries < ENTRIES_MAX)
+		add_entry(p, name, NULL, NULL);
+}
+
+/*
+ * inih reads through us so that we know the line each value came from
+ * and can refuse lines longer than its buffer instead of splitting them.
+ */
+static char *
+reader(char *str, int num, void *arg)
+{
+	struct parse	*p = arg;
+	size_t		 len;
+	int		 c;
+
+	if (fgets(str, num, p->fp) == NULL)
+		return NULL;
+	p->line++;
+	len = strlen(str);
+	if (len > 0 && str[len - 1] != '\n' && !feof(p->fp)) {
+		perr(p, p->line, "line longer than %d characters", num - 2);
+		while ((c = fgetc(p->fp)) != EOF && c != '\n')
+			;
+		str[0] = '\0';
+	}
+	note_section(p, str);
+	return str;
+}
+
+static int
+handler(void *arg, const char *section, const char *key, const char *value)
+{
+	struct parse	*p = arg;
+
+	if (p->nentries >= ENTRIES_MAX) {
+		perr(p, p->line, "too many entries");
+		return 0;
+	}
+	add_entry(p, section, key, value);
+	return 1;
+}
+
+static void
+defaults(struct fleet_config *c)
+{
+	strlcpy(c->listen_host, "127.0.0.1", sizeof(c->listen_host));
+	c->listen_port = 8000;
+	c->workers = 2;
+	c->shutdown_timeout = 30;
+	c->kill_timeout = 5;
+	c->log_level = LOG_LEVEL_INFO;
+}
+
+static int
+valid_name(const char *s)
+{
+	size_t	 i;
+
+	if (*s == '\0' || strlen(s) > CONFIG_NAME_MAX)
+		return 0;
+	for (i = 0; s[i] != '\0'; i++)
+		if (!isalnum((unsigned char)s[i]) && strchr("._-", s[i]) == NULL)
+			return 0;
+	return 1;
+}
+
+static int
+set_key(struct parse *p, struct fleet_config *c, const struct entry *e)
+{
+	const struct keydef	*k = NULL;
+	const char		*errstr;
+	char			*base = (char *)c;
+	size_t			 i;
+	int64_t			 v;
+
+	for (i = 0; i < sizeof(profile_keys) / sizeof(profile_keys[0]); i++)
+		if (strcmp(profile_keys[i].name, e->key) == 0)
+			k = &profile_keys[i];
+	if (k == NULL) {
+		perr(p, e->line, "unknown key '%s' in [%s]", e->key,
+		    e->section);
+		return -1;
+	}
+	switch (k->type) {
+	case K_INT:
+		v = strtonum(e->value, k->min, k->max, &errstr);
+		if (errstr != NULL) {
+			perr(p, e->line, "%s: '%s' is %s (expected an integer "
+			    "from %lld to %lld)", e->key, e->value, errstr,
+			    (long long)k->min, (long long)k->max);
+			return -1;
+		}
+		*(int *)(base + k->off) = (int)v;
+		return 0;
+	case K_LISTEN:
+		if (hostport_parse(e->value, c->listen_host,
+		    sizeof(c->listen_host), &c->listen_port) == -1) {
+			perr(p, e->line, "%s: '%s' is not HOST:PORT", e->key,
+			    e->value);
+			return -1;
+		}
+		return 0;
+	case K_LOGLEVEL:
+		if (log_parse_level(e->value,
+		    (enum log_level *)(base + k->off)) == -1) {
+			perr(p, e->line, "%s: '%s' is not one of warn, info, "
+			    "debug", e->key, e->value);
+			return -1;
+		}
+		return 0;
+	}
+	return -1;
+}
+
+static int
+has_duplicate(struct parse *p, size_t i)
+{
+	size_t	 j;
+
+	if (p->entries[i].key == NULL)
+		return 0;
+	for (j = 0; j < i; j++)
+		if (p->entries[j].key != NULL &&
+		    strcmp(p->entries[j].section, p->entries[i].section) == 0 &&
+		    strcmp(p->entries[j].key, p->entries[i].key) == 0) {
+			perr(p, p->entries[i].line, "duplicate key '%s' in "
+			    "[%s] (first at line %d)", p->entries[i].key,
+			    p->entries[i].section, p->entries[j].line);
+			return 1;
+		}
+	return 0;
+}
+
+/*
+ * Load path and select profile (NULL: the file's default_profile).
+ * Returns NULL with *errors set to one FILE:LINE message per line.
+ */
+struct fleet_config *
+config_load(const char *path, const char *profile, char **errors)
+{
+	struct parse		 p;
+	struct fleet_config	*c = NULL, scratch;
+	const char		*want = profile, *sect, *name;
+	char			 def[CONFIG_NAME_MAX + 1] = "default";
+	int			 rc, found = 0, def_line = 0;
+	size_t			 i, j;
+
+	memset(&p, 0, sizeof(p));
+	p.path = path;
+	*errors = NULL;
+	if ((p.fp = fopen(path, "r")) == NULL) {
+		xasprintf(errors, "%s: %s\n", path, strerror(errno));
+		return NULL;
+	}
+	rc = ini_parse_stream(reader, &p, handler, &p);
+	fclose(p.fp);
+	if (rc > 0)
+		perr(&p, rc, "syntax error (expected [section] or "
+		    "key = value)");
+	else if (rc < 0)
+		perr(&p, 0, "cannot parse");
+
+	for (i = 0; i < p.nentries; i++) {
+		if (has_duplicate(&p, i))
+			continue;
+		sect = p.entries[i].section;
+		if (strcmp(sect, "fleet") == 0) {
+			if (p.entries[i].key == NULL)
+				continue;
+			if (strcmp(p.entries[i].key, "default_profile") != 0) {
+				perr(&p, p.entries[i].line, "unknown key '%s' "
+				    "in [fleet]", p.entries[i].key);
+				continue;
+			}
+			if (!valid_name(p.entries[i].value))
+				perr(&p, p.entries[i].line, "default_profile: "
+				    "'%s' is not a valid profile name",
+				    p.entries[i].value);
+			else {
+				strlcpy(def, p.entries[i].value, sizeof(def));
+				def_line = p.entries[i].line;
+			}
+		} else if ((strncmp(sect, "profile ", 8) != 0 ||
+		    !valid_name(sect + 8)) && p.entries[i].key == NULL)
+			perr(&p, p.entries[i].line, "unknown section [%s] "
+			    "(expected [fleet] or [profile NAME])", sect);
+	}
+	if (want == NULL)
+		want = def;
+
+	/* Validate every profile; keep the one asked for. */
+	for (i = 0; i < p.nentries; i++) {
+		sect = p.entries[i].section;
+		if (strncmp(sect, "profile ", 8) != 0 || !valid_name(sect + 8))
+			continue;
+		name = sect + 8;
+		for (j = 0; j < i; j++)
+			if (strcmp(p.entries[j].section, sect) == 0)
+				break;
+		if (j < i)
+			continue;	/* profile already checked */
+		memset(&scratch, 0, sizeof(scratch));
+		defaults(&scratch);
+		for (j = i; j < p.nentries; j++)
+			if (p.entries[j].key != NULL &&
+			    strcmp(p.entries[j].section, sect) == 0)
+				set_key(&p, &scratch, &p.entries[j]);
+		if (strcmp(name, want) == 0) {
+			found = 1;
+			c = xcalloc(1, sizeof(*c));
+			*c = scratch;
+		}
+	}
+	if (!found && p.nerrors == 0) {
+		if (profile != NULL)
+			perr(&p, 0, "no [profile %s] section", want);
+		else
+			perr(&p, def_line, "default_profile '%s' has no "
+			    "[profile %s] section", want, want);
+	}
+
+	for (i = 0; i < p.nentries; i++) {
+		free(p.entries[i].section);
+		free(p.entries[i].key);
+		free(p.entries[i].value);
+	}
+	free(p.entries);
+	if (p.nerrors > 0) {
+		free(c);
+		*errors = p.errors;
+		return NULL;
+	}
+	c->path = xstrdup(path);
+	strlcpy(c->profile, want, sizeof(c->profile));
+	return c;
+}
+
+void
+config_free(struct fleet_config *c)
+{
+	if (c == NULL)
+		return;
+	free(c->path);
+	free(c);
+}
+
+/*
+ * $FLEET_CONFIG, else etc/fleet.ini beside the directory holding our
+ * binary (the source tree, or an install under PREFIX), else the
+ * compiled-in system directory.
+ */
+char *
+config_default_path(void)
+{
+	const char	*env;
+	char		 exe[PATH_MAX], *slash, *path;
+	ssize_t		 n;
+
+	if ((env = getenv("FLEET_CONFIG")) != NULL && *env != '\0')
+		return xstrdup(env);
+	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n > 0) {
+		exe[n] = '\0';
+		if ((slash = strrchr(exe, '/')) != NULL) {
+			*slash = '\0';
+			xasprintf(&path, "%s/../etc/fleet.ini", exe);
+			if (access(path, R_OK) == 0)
+				return path;
+			free(path);
+		}
+	}
+	return xstrdup(FLEET_SYSCONFDIR "/fleet.ini");
+}
+
+/* $FLEET_HOME, else $XDG_STATE_HOME/fleet, else ~/.local/state/fleet. */
+char *
+state_dir_default(void)
+{
+	const char	*env;
+	char		*path;
+
+	if ((env = getenv("FLEET_HOME")) != NULL && *env != '\0')
+		return xstrdup(env);
+	if ((env = getenv("XDG_STATE_HOME")) != NULL && *env == '/') {
+		xasprintf(&path, "%s/fleet", env);
+		return path;
+	}
+	if ((env = getenv("HOME")) != NULL && *env == '/') {
+		xasprintf(&path, "%s/.local/state/fleet", env);
+		return path;
+	}
+	return NULL;
+}

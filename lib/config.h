@@ -1,0 +1,36 @@
+/*
+ * fleet.ini: a [fleet] section choosing the default profile and one
+ * [profile NAME] section per policy.  Every profile in the file is
+ * validated, not only the one in use, and every problem is reported as
+ * FILE:LINE.  Secrets never appear in the file: keys ending in _env name
+ * the environment variable that holds them.
+ */
+#ifndef FLEET_CONFIG_H
+#define FLEET_CONFIG_H
+
+#include <stdint.h>
+
+#include "log.h"
+
+#define CONFIG_HOST_MAX		256
+#define CONFIG_NAME_MAX		40	/* inih keeps 49 of a section name */
+
+struct fleet_config {
+	char		*path;
+	char		 profile[CONFIG_NAME_MAX + 1];
+
+	/* [profile NAME] */
+	char		 listen_host[CONFIG_HOST_MAX];
+	int		 listen_port;
+	int		 workers;
+	int		 shutdown_timeout;
+	int		 kill_timeout;
+	enum log_level	 log_level;
+};
+
+struct fleet_config	*config_load(const char *, const char *, char **);
+void			 config_free(struct fleet_config *);
+char			*config_default_path(void);
+char			*state_dir_default(void);
+
+#endif
