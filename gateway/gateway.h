@@ -1,0 +1,58 @@
+/*
+ * The gateway owns HTTP: routes, validation, the error envelope, and the
+ * Turn streams it relays from the turnworkers.  It never runs LM calls
+ * or code.
+ */
+#ifndef FLEET_GATEWAY_H
+#define FLEET_GATEWAY_H
+
+#include <sys/queue.h>
+
+#include <event2/event.h>
+#include <event2/http.h>
+
+#include "lib/child.h"
+
+#define GW_HEADERS_MAX		(16 * 1024)
+#define GW_BODY_MAX		(11 * 1024 * 1024)
+#define GW_HTTP_TIMEOUT		60
+#define GW_WORKERS_MAX		256
+
+struct worker {
+	TAILQ_ENTRY(worker)	 entry;
+	struct chan		*chan;
+	int			 instance;	/* 0 until it says hello */
+	pid_t			 pid;
+};
+TAILQ_HEAD(workerlist, worker);
+
+struct gateway {
+	struct event_base	*base;
+	struct child_env	*env;
+	struct child		*child;
+	struct evhttp		*http;
+	char			 state[16];	/* as fleetd says */
+	struct workerlist	 workers;
+	int			 nworkers;
+	int			 sockfd;
+	struct event		*ev_sock;
+	char			*sockpath;
+};
+
+extern struct gateway	*gw;
+
+/* gateway.c */
+void	gateway_stats(void);
+
+/* http.c */
+void	http_init(void);
+void	http_free(void);
+void	http_json(struct evhttp_request *, int, const char *);
+void	http_error(struct evhttp_request *, int, const char *, const char *);
+
+/* workers.c */
+void	workers_init(void);
+void	workers_free(void);
+int	workers_ready(void);
+
+#endif

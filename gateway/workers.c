@@ -1,0 +1,151 @@
+/*
+ * The turnworkers' side door: run/gateway.sock.  Each worker connects,
+ * says hello, and is then a place to send Turns.
+ */
+#include <sys/types.h>
+#include <sys/socket.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <bsd/unistd.h>
+#include <event2/event.h>
+
+#include "lib/log.h"
+#include "lib/util.h"
+#include "proto/chan.h"
+#include "gateway.h"
+
+static void	workers_accept(evutil_socket_t, short, void *);
+static void	worker_msg(struct chan *, struct msg *, void *);
+static void	worker_close(struct chan *, const char *, void *);
+static void	worker_free(struct worker *);
+
+void
+workers_init(void)
+{
+	TAILQ_INIT(&gw->workers);
+	xasprintf(&gw->sockpath, "%s/gateway.sock", gw->env->rundir);
+	if ((gw->sockfd = unix_listen(gw->sockpath, 0600)) == -1)
+		fatal("%s", gw->sockpath);
+	gw->ev_sock = event_new(gw->base, gw->sockfd, EV_READ | EV_PERSIST,
+	    workers_accept, NULL);
+	if (gw->ev_sock == NULL)
+		fatalx("%s: event_new", __func__);
+	event_add(gw->ev_sock, NULL);
+}
+
+void
+workers_free(void)
+{
+	struct worker	*w;
+
+	while ((w = TAILQ_FIRST(&gw->workers)) != NULL)
+		worker_free(w);
+	if (gw->ev_sock != NULL)
+		event_free(gw->ev_sock);
+	if (gw->sockfd != -1) {
+		close(gw->sockfd);
+		unlink(gw->sockpath);
+	}
+	free(gw->sockpath);
+}
+
+int
+workers_ready(void)
+{
+	struct worker	*w;
+	int		 n = 0;
+
+	TAILQ_FOREACH(w, &gw->workers, entry)
+		if (w->instance > 0)
+			n++;
+	return n;
+}
+
+static void
+workers_accept(evutil_socket_t lfd, short events, void *arg)
+{
+	struct worker	*w;
+	uid_t		 uid;
+	gid_t		 gid;
+	int		 fd;
+
+	(void)events;
+	(void)arg;
+	if ((fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) ==
+	    -1) {
+		if (errno != EAGAIN && errno != EINTR)
+			log_warn("gateway.sock: accept");
+		return;
+	}
+	if (getpeereid(fd, &uid, &gid) == -1 || uid != geteuid() ||
+	    gw->nworkers >= GW_WORKERS_MAX) {
+		log_warnx("gateway.sock: refused a connection");
+		close(fd);
+		return;
+	}
+	w = xcalloc(1, sizeof(*w));
+	w->chan = chan_new(gw->base, fd, "worker", worker_msg, worker_close, w);
+	TAILQ_INSERT_TAIL(&gw->workers, w, entry);
+	gw->nworkers++;
+}
+
+static void
+worker_free(struct worker *w)
+{
+	TAILQ_REMOVE(&gw->workers, w, entry);
+	gw->nworkers--;
+	chan_free(w->chan);
+	free(w);
+}
+
+static void
+worker_msg(struct chan *ch, struct msg *m, void *arg)
+{
+	struct worker	*w = arg;
+	struct msg	 ack;
+	char		 peer[64];
+
+	switch (m->type) {
+	case MSG_WORKER_HELLO:
+		if (w->instance != 0 ||
+		    m->worker_hello.version != PROTO_VERSION) {
+			log_warnx("%s: unexpected hello; dropping it",
+			    chan_peer(ch));
+			worker_free(w);
+			break;
+		}
+		w->instance = m->worker_hello.instance;
+		w->pid = m->worker_hello.pid;
+		snprintf(peer, sizeof(peer), "turnworker %d", w->instance);
+		chan_set_peer(ch, peer);
+		log_debug("%s registered (pid %d)", peer, (int)w->pid);
+		proto_msg_init(&ack, MSG_READY);
+		chan_send(ch, &ack);
+		break;
+	case MSG_HELLO:
+	case MSG_READY:
+	case MSG_STATE:
+	case MSG_STOP:
+	case MSG_RELOAD:
+	case MSG_STATS:
+	case MSG_CTL_REQUEST:
+	case MSG_CTL_REPLY:
+	case MSG__COUNT:
+		log_warnx("%s: unexpected %s; dropping it", chan_peer(ch),
+		    proto_msg_name(m->type));
+		worker_free(w);
+		break;
+	}
+}
+
+static void
+worker_close(struct chan *ch, const char *why, void *arg)
+{
+	log_debug("%s: gone (%s)", chan_peer(ch), why);
+	worker_free(arg);
+}
