@@ -1,0 +1,160 @@
+# Helpers for the integration tests: a private fleetd in a temporary state
+# directory on an ephemeral port, driven through the real `fleet' command
+# and a real HTTP client.  Nothing here sleeps to synchronise: every wait
+# is on a condition, with a bounded timeout.
+package Fleet;
+
+use strict;
+use warnings;
+use Cwd qw(abs_path);
+use File::Basename qw(dirname);
+use File::Path qw(make_path remove_tree);
+use File::Temp qw(tempdir);
+use HTTP::Tiny;
+use JSON::PP;
+use POSIX qw(:sys_wait_h);
+use Test::More;
+use Time::HiRes qw(time sleep);
+use Exporter 'import';
+
+our @EXPORT = qw(wait_for json_decode run_cmd);
+
+our $TOP = abs_path(dirname(__FILE__) . '/../..');
+our $BIN = "$TOP/bin";
+
+sub json_decode { JSON::PP->new->decode($_[0]) }
+
+# Run a command; returns (exit status, stdout, stderr).
+sub run_cmd {
+	my (@cmd) = @_;
+	my $dir = tempdir(CLEANUP => 1);
+	my $pid = fork // die "fork: $!";
+	if ($pid == 0) {
+		open(STDOUT, '>', "$dir/out") or die;
+		open(STDERR, '>', "$dir/err") or die;
+		exec(@cmd) or die "exec $cmd[0]: $!";
+	}
+	waitpid($pid, 0);
+	my $status = $? >> 8;
+	$status = 128 + ($? & 127) if $? & 127;
+	local $/;
+	open(my $o, '<', "$dir/out") or die;
+	open(my $e, '<', "$dir/err") or die;
+	return ($status, scalar(<$o>) // '', scalar(<$e>) // '');
+}
+
+# Poll cond every 20 ms until it returns true or timeout seconds pass.
+sub wait_for {
+	my ($cond, $timeout, $what) = @_;
+	my $deadline = time + ($timeout // 10);
+	while (time < $deadline) {
+		my $v = eval { $cond->() };
+		return $v if $v;
+		sleep 0.02;
+	}
+	diag("timed out after ${timeout}s waiting for $what") if $what;
+	return undef;
+}
+
+# new(config => "ini text" | profile sections..., workers => N)
+sub new {
+	my ($class, %o) = @_;
+	my $dir = tempdir('fleet-test-XXXXXX', TMPDIR => 1,
+	    CLEANUP => !$ENV{FLEET_TEST_KEEP});
+	my $self = bless { dir => $dir, state => "$dir/state" }, $class;
+	my $ini = $o{config} // "[fleet]\ndefault_profile = test\n\n"
+	    . "[profile test]\nlisten = 127.0.0.1:0\n"
+	    . "workers = " . ($o{workers} // 2) . "\n"
+	    . "shutdown_timeout = 10\nkill_timeout = 2\nlog_level = debug\n"
+	    . ($o{extra} // '');
+	$self->write_config($ini);
+	make_path($self->{state});
+	return $self;
+}
+
+sub write_config {
+	my ($self, $ini) = @_;
+	$self->{conf} = "$self->{dir}/fleet.ini";
+	open(my $fh, '>', $self->{conf}) or die "$self->{conf}: $!";
+	print $fh $ini;
+	close $fh;
+}
+
+sub fleet_args { my $s = shift; ("$BIN/fleet", '-c', $s->{conf}, '-d', $s->{state}) }
+
+sub fleet { my ($s, @args) = @_; run_cmd($s->fleet_args, @args) }
+
+sub logfile { "$_[0]{state}/log/fleetd.log" }
+sub rundir { "$_[0]{state}/run" }
+
+sub start {
+	my ($self, @args) = @_;
+	my ($rc, $out, $err) = $self->fleet('start', '--port', '0', @args);
+	if ($rc == 0) {
+		chomp($self->{url} = $out);
+		$self->{started} = 1;
+	}
+	return ($rc, $out, $err);
+}
+
+sub status {
+	my $self = shift;
+	my ($rc, $out, $err) = $self->fleet('status', '--json');
+	return undef if $rc != 0;
+	return json_decode($out);
+}
+
+sub http {
+	my ($self, $method, $path, %o) = @_;
+	my $h = HTTP::Tiny->new(timeout => 10);
+	return $h->request($method, "$self->{url}$path", \%o);
+}
+
+sub procs {
+	my ($self, $role) = @_;
+	my $st = $self->status or return ();
+	return grep { !defined($role) || $_->{role} eq $role }
+	    @{$st->{processes}};
+}
+
+# Wait until the log holds a line matching re (after offset); returns it.
+sub log_wait {
+	my ($self, $re, $timeout) = @_;
+	return wait_for(sub {
+		open(my $fh, '<', $self->logfile) or return;
+		while (<$fh>) { return $_ if /$re/ }
+		return;
+	}, $timeout // 10, "log line $re");
+}
+
+sub log_count {
+	my ($self, $re) = @_;
+	open(my $fh, '<', $self->logfile) or return 0;
+	my $n = grep { /$re/ } <$fh>;
+	return $n;
+}
+
+# A process is gone when /proc has no entry or shows a zombie.
+sub pid_gone {
+	my ($pid) = @_;
+	open(my $fh, '<', "/proc/$pid/stat") or return 1;
+	my $stat = <$fh>;
+	return $stat =~ /\)\s+Z\s/ ? 1 : 0;
+}
+
+sub stop {
+	my $self = shift;
+	return unless $self->{started};
+	$self->{started} = 0;
+	return $self->fleet('stop');
+}
+
+sub DESTROY {
+	my $self = shift;
+	local ($?, $!, $@);
+	if ($self->{started}) {
+		$self->fleet('stop');
+	}
+}
+
+1;
