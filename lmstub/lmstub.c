@@ -7,8 +7,6 @@
  * One process, one libevent loop, no threads.
  */
 
-#define _GNU_SOURCE		/* memmem */
-
 #include <sys/queue.h>
 #include <sys/socket.h>
 #include <sys/types.h>
