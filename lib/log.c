@@ -1,6 +1,6 @@
 /*
  * Log lines look like
- *	2026-11-29T13:35:13.123Z fleetd[1234]: gateway: warning: text
+ *	2026-11-29T13:35:13.123456Z fleetd[1234]: gateway: warning: text
  * and are written with one write(2) each, so that processes sharing one
  * log file (opened O_APPEND on stderr) never interleave inside a line.
  */
@@ -122,9 +122,9 @@ vlog(int pri, const char *errstr, const char *fmt, va_list ap)
 	clock_gettime(CLOCK_REALTIME, &ts);
 	gmtime_r(&ts.tv_sec, &tm);
 	n = snprintf(line, sizeof(line),
-	    "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ fleetd[%ld]: %s: %s%s\n",
+	    "%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ fleetd[%ld]: %s: %s%s\n",
 	    tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
-	    tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000, (long)getpid(),
+	    tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000, (long)getpid(),
 	    log_role, tag, msg);
 	if (n < 0)
 		return;
