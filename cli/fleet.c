@@ -20,6 +20,7 @@ static const struct cli_cmd cmds[] = {
 	{ "undrain", cmd_undrain, "undrain" },
 	{ "stop", cmd_stop, "stop [--timeout S]" },
 	{ "reload", cmd_reload, "reload" },
+	{ "db", cmd_db, "db migrate | status" },
 };
 
 #define NCMDS	(sizeof(cmds) / sizeof(cmds[0]))

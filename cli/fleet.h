@@ -36,6 +36,9 @@ int	cmd_stop(struct cli *, int, char **);
 int	cmd_reload(struct cli *, int, char **);
 int	pid_wait_gone(pid_t, int64_t);
 
+/* db.c */
+int	cmd_db(struct cli *, int, char **);
+
 /* start.c */
 int	cmd_start(struct cli *, int, char **);
 

@@ -19,6 +19,10 @@
 #include "log.h"
 #include "util.h"
 
+#ifndef FLEET_PG_BINDIR
+#define FLEET_PG_BINDIR		"/usr/lib/postgresql/15/bin"
+#endif
+
 #ifndef FLEET_SYSCONFDIR
 #define FLEET_SYSCONFDIR	"/usr/local/etc"
 #endif
@@ -28,6 +32,10 @@
 
 enum key_type {
 	K_INT,
+	K_BYTES,
+	K_ENV,
+	K_NAME,
+	K_PATH,
 	K_LISTEN,
 	K_LOGLEVEL
 };
@@ -48,6 +56,17 @@ static const struct keydef profile_keys[] = {
 	{ "shutdown_timeout", K_INT, O(shutdown_timeout), 0, 86400 },
 	{ "kill_timeout", K_INT, O(kill_timeout), 1, 600 },
 	{ "log_level", K_LOGLEVEL, O(log_level), 0, 0 },
+	{ "database_url_env", K_ENV, O(database_url_env), 0,
+	    CONFIG_ENV_MAX - 1 },
+	{ "db_user", K_NAME, O(db_user), 0, CONFIG_USER_MAX - 1 },
+	{ "postgres_bindir", K_PATH, O(postgres_bindir), 0,
+	    CONFIG_PATH_MAX - 1 },
+	{ "heartbeat_seconds", K_INT, O(heartbeat_seconds), 1, 3600 },
+	{ "stale_after", K_INT, O(stale_after), 2, 86400 },
+	{ "max_upload_bytes", K_BYTES, O(max_upload_bytes), 1,
+	    1024LL * 1024 * 1024 },
+	{ "max_artifact_bytes", K_BYTES, O(max_artifact_bytes), 1,
+	    1024LL * 1024 * 1024 },
 };
 
 struct entry {
@@ -179,6 +198,54 @@ defaults(struct fleet_config *c)
 	c->shutdown_timeout = 30;
 	c->kill_timeout = 5;
 	c->log_level = LOG_LEVEL_INFO;
+	strlcpy(c->database_url_env, "FLEET_DATABASE_URL",
+	    sizeof(c->database_url_env));
+	strlcpy(c->db_user, "fleet", sizeof(c->db_user));
+	strlcpy(c->postgres_bindir, FLEET_PG_BINDIR, sizeof(c->postgres_bindir));
+	c->heartbeat_seconds = 10;
+	c->stale_after = 60;
+	c->max_upload_bytes = 10 * 1024 * 1024;
+	c->max_artifact_bytes = 10 * 1024 * 1024;
+}
+
+/* "10485760", "512K", "10M", "1G" (powers of 1024). */
+static int
+parse_bytes(const char *s, int64_t min, int64_t max, int64_t *out)
+{
+	char		*end;
+	long long	 v;
+	int64_t		 mul = 1;
+
+	errno = 0;
+	v = strtoll(s, &end, 10);
+	if (end == s || errno != 0 || v < 0)
+		return -1;
+	if (*end == 'K' || *end == 'k')
+		mul = 1024;
+	else if (*end == 'M' || *end == 'm')
+		mul = 1024 * 1024;
+	else if (*end == 'G' || *end == 'g')
+		mul = 1024 * 1024 * 1024;
+	if (mul != 1)
+		end++;
+	if (*end != '\0' || v > max / mul || v * mul < min)
+		return -1;
+	*out = v * mul;
+	return 0;
+}
+
+static int
+valid_env(const char *s)
+{
+	size_t	 i;
+
+	if (!isupper((unsigned char)s[0]) && s[0] != '_')
+		return 0;
+	for (i = 0; s[i] != '\0'; i++)
+		if (!isupper((unsigned char)s[i]) &&
+		    !isdigit((unsigned char)s[i]) && s[i] != '_')
+			return 0;
+	return 1;
 }
 
 static int
@@ -221,6 +288,40 @@ set_key(struct parse *p, struct fleet_config *c, const struct entry *e)
 			return -1;
 		}
 		*(int *)(base + k->off) = (int)v;
+		return 0;
+	case K_BYTES:
+		if (parse_bytes(e->value, k->min, k->max,
+		    (int64_t *)(base + k->off)) == -1) {
+			perr(p, e->line, "%s: '%s' is not a size from %lld to "
+			    "%lld bytes (suffixes K, M, G)", e->key, e->value,
+			    (long long)k->min, (long long)k->max);
+			return -1;
+		}
+		return 0;
+	case K_ENV:
+		if (strlen(e->value) > (size_t)k->max || !valid_env(e->value)) {
+			perr(p, e->line, "%s: '%s' is not the name of an "
+			    "environment variable (A-Z, 0-9, _)", e->key,
+			    e->value);
+			return -1;
+		}
+		strlcpy(base + k->off, e->value, k->max + 1);
+		return 0;
+	case K_NAME:
+		if (strlen(e->value) > (size_t)k->max || !valid_name(e->value)) {
+			perr(p, e->line, "%s: '%s' is not a valid name", e->key,
+			    e->value);
+			return -1;
+		}
+		strlcpy(base + k->off, e->value, k->max + 1);
+		return 0;
+	case K_PATH:
+		if (e->value[0] != '/' || strlen(e->value) > (size_t)k->max) {
+			perr(p, e->line, "%s: '%s' is not an absolute path",
+			    e->key, e->value);
+			return -1;
+		}
+		strlcpy(base + k->off, e->value, k->max + 1);
 		return 0;
 	case K_LISTEN:
 		if (hostport_parse(e->value, c->listen_host,
@@ -402,7 +503,11 @@ config_default_path(void)
 	return xstrdup(FLEET_SYSCONFDIR "/fleet.ini");
 }
 
-/* $FLEET_HOME, else $XDG_STATE_HOME/fleet, else ~/.local/state/fleet. */
+/*
+ * $FLEET_HOME; else, for root, /var/lib/fleet (a system service, whose
+ * embedded database user must be able to reach it); else
+ * $XDG_STATE_HOME/fleet, else ~/.local/state/fleet.
+ */
 char *
 state_dir_default(void)
 {
@@ -411,6 +516,8 @@ state_dir_default(void)
 
 	if ((env = getenv("FLEET_HOME")) != NULL && *env != '\0')
 		return xstrdup(env);
+	if (geteuid() == 0)
+		return xstrdup("/var/lib/fleet");
 	if ((env = getenv("XDG_STATE_HOME")) != NULL && *env == '/') {
 		xasprintf(&path, "%s/fleet", env);
 		return path;
@@ -420,4 +527,36 @@ state_dir_default(void)
 		return path;
 	}
 	return NULL;
+}
+
+/*
+ * The database to use: the URL in the environment variable the profile
+ * names, or, when that is unset or empty, the embedded cluster's socket
+ * in the state directory (*embedded is set).
+ */
+char *
+config_db_conninfo(const struct fleet_config *c, const char *statedir,
+    int *embedded)
+{
+	const char	*url;
+	char		*conninfo;
+	size_t		 i, len;
+
+	url = getenv(c->database_url_env);
+	if (url != NULL && *url != '\0') {
+		*embedded = 0;
+		return xstrdup(url);
+	}
+	*embedded = 1;
+	/* Quoted for libpq: the path may hold spaces or quotes. */
+	len = strlen(statedir) * 2 + 64;
+	conninfo = xcalloc(1, len);
+	strlcpy(conninfo, "host='", len);
+	for (i = strlen(conninfo); *statedir != '\0'; statedir++) {
+		if (*statedir == '\'' || *statedir == '\\')
+			conninfo[i++] = '\\';
+		conninfo[i++] = *statedir;
+	}
+	strlcat(conninfo, "/run/pg' port=5432 dbname=fleet user=fleet", len);
+	return conninfo;
 }

@@ -13,6 +13,9 @@
 #include "log.h"
 
 #define CONFIG_HOST_MAX		256
+#define CONFIG_ENV_MAX		64
+#define CONFIG_USER_MAX		33
+#define CONFIG_PATH_MAX		256
 #define CONFIG_NAME_MAX		40	/* inih keeps 49 of a section name */
 
 struct fleet_config {
@@ -26,11 +29,20 @@ struct fleet_config {
 	int		 shutdown_timeout;
 	int		 kill_timeout;
 	enum log_level	 log_level;
+	char		 database_url_env[CONFIG_ENV_MAX];
+	char		 db_user[CONFIG_USER_MAX];
+	char		 postgres_bindir[CONFIG_PATH_MAX];
+	int		 heartbeat_seconds;
+	int		 stale_after;
+	int64_t		 max_upload_bytes;
+	int64_t		 max_artifact_bytes;
 };
 
 struct fleet_config	*config_load(const char *, const char *, char **);
 void			 config_free(struct fleet_config *);
 char			*config_default_path(void);
 char			*state_dir_default(void);
+char			*config_db_conninfo(const struct fleet_config *,
+			    const char *, int *);
 
 #endif
