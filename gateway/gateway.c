@@ -9,6 +9,7 @@
 #include <bsd/string.h>
 #include <event2/event.h>
 
+#include "lib/db.h"
 #include "lib/log.h"
 #include "lib/util.h"
 #include "gateway.h"
@@ -70,6 +71,8 @@ gateway_main(struct child_env *env)
 	if ((gw->base = event_base_new()) == NULL)
 		fatalx("event_base_new");
 	gw->child = child_start(env, gw->base, &gateway_ops, NULL);
+	gw->db = db_new(env->db_conninfo, "fleetd: gateway");
+	db_async_init(gw->db, gw->base);
 	workers_init();
 	http_init();
 	gateway_stats();
@@ -79,6 +82,7 @@ gateway_main(struct child_env *env)
 
 	http_free();
 	workers_free();
+	db_free(gw->db);
 	child_free(gw->child);
 	event_base_free(gw->base);
 	free(gw);

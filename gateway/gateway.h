@@ -17,6 +17,7 @@
 #define GW_BODY_MAX		(11 * 1024 * 1024)
 #define GW_HTTP_TIMEOUT		60
 #define GW_WORKERS_MAX		256
+#define GW_DB_CHECK_MS		2000
 
 struct worker {
 	TAILQ_ENTRY(worker)	 entry;
@@ -34,6 +35,7 @@ struct gateway {
 	char			 state[16];	/* as fleetd says */
 	struct workerlist	 workers;
 	int			 nworkers;
+	struct db		*db;
 	int			 sockfd;
 	struct event		*ev_sock;
 	char			*sockpath;

@@ -15,6 +15,7 @@
 #include <event2/keyvalq_struct.h>
 #include <jansson.h>
 
+#include "lib/db.h"
 #include "lib/log.h"
 #include "lib/util.h"
 #include "gateway.h"
@@ -88,6 +89,21 @@ route_health(struct evhttp_request *req)
 	    "\"version\":\"" FLEET_VERSION "\"}");
 }
 
+/* Ready only when the database answers SELECT 1 within the bound. */
+static void
+ready_db(PGresult *res, const struct db_err *e, void *arg)
+{
+	struct evhttp_request	*req = arg;
+
+	if (res == NULL) {
+		log_debug("readiness: database: %s", e->msg);
+		http_error(req, 503, "service_not_ready",
+		    "Database unavailable");
+		return;
+	}
+	http_json(req, 200, "{\"status\":\"ready\",\"database\":\"ok\"}");
+}
+
 static void
 route_ready(struct evhttp_request *req)
 {
@@ -103,8 +119,8 @@ route_ready(struct evhttp_request *req)
 		    "No turn worker is available");
 		return;
 	}
-	http_json(req, 200, "{\"status\":\"ready\","
-	    "\"database\":\"not_configured\"}");
+	db_async_sql(gw->db, "SELECT 1", 0, NULL, GW_DB_CHECK_MS, ready_db,
+	    req);
 }
 
 static void

@@ -1,7 +1,3 @@
-/*
- * The lease manager owns every sandbox.  This is its skeleton: it joins
- * fleetd and reports ready; the pool and backends come with them.
- */
 #include <sys/types.h>
 
 #include <stdlib.h>
@@ -9,14 +5,17 @@
 #include <event2/event.h>
 
 #include "lib/child.h"
+#include "lib/db.h"
 #include "lib/log.h"
 #include "lib/util.h"
+#include "leasemgr.h"
+
+struct leasemgr	*lm;
 
 static void
 leasemgr_dispatch(struct msg *m, void *arg)
 {
-	struct event_base	*base = arg;
-
+	(void)arg;
 	switch (m->type) {
 	case MSG_STATE:
 		break;
@@ -24,7 +23,7 @@ leasemgr_dispatch(struct msg *m, void *arg)
 		log_info("reload: nothing to change in the lease manager");
 		break;
 	case MSG_STOP:
-		event_base_loopexit(base, NULL);
+		event_base_loopexit(lm->base, NULL);
 		break;
 	case MSG_HELLO:
 	case MSG_READY:
@@ -46,15 +45,22 @@ static const struct child_ops leasemgr_ops = {
 void
 leasemgr_main(struct child_env *env)
 {
-	struct event_base	*base;
-	struct child		*child;
-
-	if ((base = event_base_new()) == NULL)
+	lm = xcalloc(1, sizeof(*lm));
+	lm->env = env;
+	if ((lm->base = event_base_new()) == NULL)
 		fatalx("event_base_new");
-	child = child_start(env, base, &leasemgr_ops, base);
-	child_ready(child);
-	event_base_dispatch(base);
-	child_free(child);
-	event_base_free(base);
+	lm->child = child_start(env, lm->base, &leasemgr_ops, NULL);
+	lm->db = db_new(env->db_conninfo, "fleetd: leasemgr");
+	db_async_init(lm->db, lm->base);
+	recover_init();
+	child_ready(lm->child);
+
+	event_base_dispatch(lm->base);
+
+	recover_free();
+	db_free(lm->db);
+	child_free(lm->child);
+	event_base_free(lm->base);
+	free(lm);
 	exit(0);
 }

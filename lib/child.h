@@ -30,6 +30,8 @@ struct child_env {
 	struct fleet_config	*conf;
 	const char		*statedir;
 	const char		*rundir;
+	const char		*db_conninfo;
+	const char		*node_id;
 	pid_t			 ppid;
 	enum child_role		 role;
 	int			 instance;

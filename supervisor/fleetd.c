@@ -24,8 +24,11 @@
 #include <bsd/string.h>
 #include <bsd/unistd.h>
 #include <event2/event.h>
+#include <uuid.h>
 
+#include "lib/db.h"
 #include "lib/log.h"
+#include "lib/migrate.h"
 #include "lib/util.h"
 #include "supervisor.h"
 
@@ -408,6 +411,72 @@ daemonize(void)
 		close(fd);
 }
 
+/* Children that wait for the embedded database start once it is set up. */
+void
+fleetd_spawn_rest(void)
+{
+	struct proc	*p;
+
+	if (fleetd->rest_started || fleetd->state == SV_STOPPING)
+		return;
+	fleetd->rest_started = 1;
+	TAILQ_FOREACH(p, &fleetd->procs, entry)
+		if (p->role != ROLE_POSTGRES && p->pid == -1)
+			proc_spawn(p);
+}
+
+/* This node's identity, made on first start: sandboxes are recorded under it. */
+static void
+node_id_load(void)
+{
+	char	*path, *tmp, buf[64];
+	uuid_t	 u;
+	FILE	*fp;
+
+	xasprintf(&path, "%s/node-id", fleetd->statedir);
+	if ((fp = fopen(path, "r")) != NULL) {
+		if (fgets(buf, sizeof(buf), fp) != NULL) {
+			buf[strcspn(buf, "\n")] = '\0';
+			if (uuid_parse(buf, u) == 0) {
+				uuid_unparse_lower(u, fleetd->node_id);
+				fclose(fp);
+				free(path);
+				return;
+			}
+		}
+		fclose(fp);
+		errx(2, "%s: not a node id; remove it to make a new one", path);
+	}
+	uuid_generate(u);
+	uuid_unparse_lower(u, fleetd->node_id);
+	xasprintf(&tmp, "%s.tmp", path);
+	if ((fp = fopen(tmp, "w")) == NULL ||
+	    fprintf(fp, "%s\n", fleetd->node_id) < 0 || fclose(fp) == EOF ||
+	    rename(tmp, path) == -1)
+		err(1, "%s", path);
+	free(tmp);
+	free(path);
+}
+
+/*
+ * An external database must be reachable and at the schema head this
+ * binary requires; only the embedded one is migrated automatically.
+ */
+static void
+check_external_db(void)
+{
+	struct db	*db;
+	struct db_err	 e;
+	char		 msg[1024];
+
+	db = db_new(fleetd->db_conninfo, "fleetd");
+	if (db_connect(db, &e) == -1)
+		errx(1, "%s", e.msg);
+	if (migrate_check(db, msg, sizeof(msg)) == -1)
+		errx(2, "%s", msg);
+	db_free(db);
+}
+
 static void
 open_listener(void)
 {
@@ -452,7 +521,6 @@ main(int argc, char *argv[])
 	};
 	struct event	*ev_sig[4];
 	int		 sigs[4] = { SIGCHLD, SIGTERM, SIGINT, SIGHUP };
-	struct proc	*p;
 	const char	*errstr;
 	char		*errors, *confpath = NULL, *statedir = NULL, *path, *real;
 	pid_t		 otherpid;
@@ -552,6 +620,13 @@ main(int argc, char *argv[])
 		err(1, "%s", path);
 	}
 	free(path);
+	node_id_load();
+	fleetd->db_conninfo = config_db_conninfo(fleetd->conf, fleetd->statedir,
+	    &fleetd->db_embedded);
+	if (fleetd->db_embedded)
+		pg_prepare();
+	else
+		check_external_db();
 	open_listener();
 
 	if (fleetd->logfile != NULL) {
@@ -588,18 +663,21 @@ main(int argc, char *argv[])
 		fatalx("evtimer_new");
 	control_init();
 
+	if (fleetd->db_embedded)
+		proc_spawn(proc_add(ROLE_POSTGRES, 0));
 	proc_add(ROLE_LEASEMGR, 0);
 	proc_add(ROLE_GATEWAY, 0);
 	for (i = 1; i <= fleetd->conf->workers; i++)
 		proc_add(ROLE_TURNWORKER, i);
-	TAILQ_FOREACH(p, &fleetd->procs, entry)
-		proc_spawn(p);
+	if (!fleetd->db_embedded)
+		fleetd_spawn_rest();
 
 	event_base_dispatch(fleetd->base);
 
-	control_cleanup();
-	close(fleetd->listenfd);
 	pidfile_remove(fleetd->pfh);
+	control_cleanup();
+	pg_cleanup();
+	close(fleetd->listenfd);
 	log_info("stopped");
 	exit(fleetd->exit_code);
 }

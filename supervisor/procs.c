@@ -89,32 +89,40 @@ proc_free(struct proc *p)
 void
 proc_spawn(struct proc *p)
 {
-	int	 sp[2];
+	int	 sp[2] = { -1, -1 };
 	pid_t	 pid;
 
-	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) == -1)
+	/* postgres is exec'd and speaks no protocol of ours. */
+	if (p->role != ROLE_POSTGRES &&
+	    socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) == -1)
 		fatal("%s: socketpair", __func__);
 	switch (pid = fork()) {
 	case -1:
 		log_warn("%s: fork", p->name);
-		close(sp[0]);
-		close(sp[1]);
+		if (sp[0] != -1) {
+			close(sp[0]);
+			close(sp[1]);
+		}
 		p->state = PS_BACKOFF;
 		p->backoff = p->backoff ? p->backoff : 1;
 		timer_add_ms(p->ev_restart, (int64_t)(p->backoff) * 1000);
 		return;
 	case 0:
-		close(sp[0]);
+		if (sp[0] != -1)
+			close(sp[0]);
 		proc_child(p, sp[1]);
 	}
-	close(sp[1]);
 	p->pid = pid;
 	p->state = PS_STARTING;
 	p->started_ms = now_ms();
 	p->ready_ms = 0;
 	p->turns_active = p->turns_queued = 0;
-	p->chan = chan_new(fleetd->base, sp[0], p->name, proc_msg, proc_close,
-	    p);
+	if (sp[0] != -1) {
+		close(sp[1]);
+		p->chan = chan_new(fleetd->base, sp[0], p->name, proc_msg,
+		    proc_close, p);
+	} else
+		pg_started(p);
 	log_debug("started %s, pid %d", p->name, (int)pid);
 }
 
@@ -128,11 +136,16 @@ static void
 proc_child(struct proc *p, int chanfd)
 {
 	struct child_env	 env;
+	pid_t			 ppid = getppid();
 	int			 a, b = -1, keep = CHILD_CHAN_FD;
 
 	if (event_reinit(fleetd->base) == -1)
 		_exit(1);
 	event_base_free(fleetd->base);
+	if (p->role == ROLE_POSTGRES) {
+		closefrom(STDERR_FILENO + 1);
+		pg_exec(ppid);
+	}
 	if ((a = fcntl(chanfd, F_DUPFD, 10)) == -1)
 		_exit(1);
 	if (p->role == ROLE_GATEWAY) {
@@ -149,7 +162,9 @@ proc_child(struct proc *p, int chanfd)
 	env.conf = fleetd->conf;
 	env.statedir = fleetd->statedir;
 	env.rundir = fleetd->rundir;
-	env.ppid = getppid();
+	env.db_conninfo = fleetd->db_conninfo;
+	env.node_id = fleetd->node_id;
+	env.ppid = ppid;
 	env.role = p->role;
 	env.instance = p->instance;
 	env.listenfd = b != -1 ? CHILD_LISTEN_FD : -1;
@@ -284,6 +299,20 @@ proc_push_state(struct proc *p)
 	chan_send(p->chan, &m);
 }
 
+void
+proc_set_ready(struct proc *p)
+{
+	p->state = PS_READY;
+	p->ready_ms = now_ms();
+	log_info("%s ready (pid %d, %lld ms)", p->name, (int)p->pid,
+	    (long long)(p->ready_ms - p->started_ms));
+	proc_push_state(p);
+	if (p->role == ROLE_POSTGRES)
+		fleetd_spawn_rest();
+	fleetd_ready_check();
+	proc_replace_next();
+}
+
 static void
 proc_stats(struct proc *p, const char *text)
 {
@@ -324,15 +353,8 @@ proc_msg(struct chan *ch, struct msg *m, void *arg)
 		}
 		break;
 	case MSG_READY:
-		if (p->state != PS_STARTING)
-			break;
-		p->state = PS_READY;
-		p->ready_ms = now_ms();
-		log_info("%s ready (pid %d, %lld ms)", p->name, (int)p->pid,
-		    (long long)(p->ready_ms - p->started_ms));
-		proc_push_state(p);
-		fleetd_ready_check();
-		proc_replace_next();
+		if (p->state == PS_STARTING)
+			proc_set_ready(p);
 		break;
 	case MSG_STATS:
 		proc_stats(p, m->stats.json);

@@ -85,7 +85,10 @@ struct fleetd {
 	struct event		*ev_stop;	/* shutdown deadline */
 	int			 stop_phase;
 	int			 exit_code;
-	int			 replacing;	/* a rolling reload is going on */
+	char			*db_conninfo;
+	int			 db_embedded;
+	int			 rest_started;	/* children after postgres */
+	char			 node_id[40];
 };
 
 extern struct fleetd	*fleetd;
@@ -98,6 +101,7 @@ void	fleetd_stop(int, int);
 void	fleetd_stop_check(void);
 int	fleetd_reload(char *, size_t);
 void	fleetd_drain(int);
+void	fleetd_spawn_rest(void);
 int	fleetd_turns_active(void);
 const char *fleetd_state_name(enum sv_state);
 
@@ -116,6 +120,13 @@ void		 proc_set_workers(int);
 void		 proc_replace_next(void);
 const char	*proc_state_name(enum proc_state);
 void		 proc_push_state(struct proc *);
+void		 proc_set_ready(struct proc *);
+
+/* postgres.c */
+void	pg_prepare(void);
+void	pg_exec(pid_t) __attribute__((noreturn));
+void	pg_started(struct proc *);
+void	pg_cleanup(void);
 
 /* control.c */
 void	control_init(void);
