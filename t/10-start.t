@@ -21,7 +21,8 @@ like($r->{headers}{'content-type'}, qr{^application/json}, 'JSON type');
 
 $r = $f->http('GET', '/health/ready');
 is($r->{status}, 200, '/health/ready is 200 once start returned');
-is(json_decode($r->{content})->{status}, 'ready', 'ready body');
+is_deeply(json_decode($r->{content}), { status => 'ready',
+    database => 'ok' }, 'ready body, database ok');
 
 $r = $f->http('GET', '/nope');
 is($r->{status}, 404, 'unknown route is 404');
@@ -41,11 +42,11 @@ for my $p (@{$st->{processes}}) {
 	    && defined $p->{uptime_s},
 	    "$p->{role} $p->{instance}: pid, ready, no restarts, uptime");
 }
-is_deeply(\%roles, { gateway => 1, leasemgr => 1, turnworker => 2 },
-    'every role is listed, with two turnworkers');
+is_deeply(\%roles, { postgres => 1, gateway => 1, leasemgr => 1,
+    turnworker => 2 }, 'every role is listed, with two turnworkers');
 
-# Process titles, as ps shows them.
-for my $p (@{$st->{processes}}) {
+# Process titles, as ps shows them (postgres names itself).
+for my $p (grep { $_->{role} ne 'postgres' } @{$st->{processes}}) {
 	open(my $fh, '<', "/proc/$p->{pid}/cmdline") or die;
 	my $cmd = <$fh>;
 	$cmd =~ s/\0+$//;

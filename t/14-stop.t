@@ -13,7 +13,7 @@ for my $how ('fleet stop', 'SIGTERM') {
 	is($rc, 0, "started ($how)") or BAIL_OUT($err);
 	my $st = $f->status;
 	my @pids = ($st->{pid}, map { $_->{pid} } @{$st->{processes}});
-	is(scalar @pids, 6, 'supervisor and five children');
+	is(scalar @pids, 7, 'supervisor and six children');
 	ok(-S $f->rundir . '/fleetd.sock', 'control socket exists');
 	ok(-S $f->rundir . '/gateway.sock', 'gateway socket exists');
 	ok(-f $f->rundir . '/fleetd.pid', 'pid file exists');
@@ -32,7 +32,11 @@ for my $how ('fleet stop', 'SIGTERM') {
 	is_deeply(\@left, [], 'no process left behind');
 	opendir(my $d, $f->rundir) or die;
 	my @files = grep { !/^\.\.?$/ } readdir($d);
-	is_deeply(\@files, [], 'run directory is empty: no socket, no pid file');
+	is_deeply(\@files, ['pg'], 'run directory holds only the database '
+	    . 'socket directory: no socket, no pid file');
+	opendir($d, $f->rundir . '/pg') or die;
+	@files = grep { !/^\.\.?$/ } readdir($d);
+	is_deeply(\@files, [], 'and the database left no socket behind');
 	ok($f->log_wait(qr/fleetd: stopped/, 5), 'log says stopped');
 }
 done_testing;

@@ -61,6 +61,9 @@ sub new {
 	my ($class, %o) = @_;
 	my $dir = tempdir('fleet-test-XXXXXX', TMPDIR => 1,
 	    CLEANUP => !$ENV{FLEET_TEST_KEEP});
+	# The embedded database runs as another user when we are root: it
+	# must be able to pass through (not list) our directory.
+	chmod 0711, $dir;
 	my $self = bless { dir => $dir, state => "$dir/state" }, $class;
 	my $ini = $o{config} // "[fleet]\ndefault_profile = test\n\n"
 	    . "[profile test]\nlisten = 127.0.0.1:0\n"
@@ -85,6 +88,20 @@ sub fleet_args { my $s = shift; ("$BIN/fleet", '-c', $s->{conf}, '-d', $s->{stat
 sub fleet { my ($s, @args) = @_; run_cmd($s->fleet_args, @args) }
 
 sub logfile { "$_[0]{state}/log/fleetd.log" }
+
+# libpq connection string of the embedded database (dbname fleet).
+sub conninfo {
+	my ($self, $db) = @_;
+	return "host=$self->{state}/run/pg port=5432 user=fleet dbname="
+	    . ($db // 'fleet');
+}
+
+# Run SQL with psql against the embedded database; returns (rc, out, err).
+sub psql {
+	my ($self, $sql, %o) = @_;
+	return run_cmd('psql', '-X', '-q', '-A', '-t', '-v', 'ON_ERROR_STOP=1',
+	    '-d', $o{conninfo} // $self->conninfo($o{db}), '-c', $sql);
+}
 sub rundir { "$_[0]{state}/run" }
 
 sub start {
