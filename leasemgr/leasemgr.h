@@ -24,6 +24,11 @@ struct leasemgr {
 
 extern struct leasemgr	*lm;
 
+/* pool.c */
+int	pool_init(char *, size_t);
+void	pool_free(void);
+void	pool_release_run(const char *);
+
 /* recover.c */
 void	recover_init(void);
 void	recover_free(void);

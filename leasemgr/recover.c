@@ -64,12 +64,14 @@ taken_over(PGresult *res, const struct db_err *e, void *arg)
 		recover_next();
 		return;
 	}
-	for (i = 0; i < PQntuples(res); i++)
+	for (i = 0; i < PQntuples(res); i++) {
 		log_warnx("recovery: taking over run %s of session %s (%s; "
 		    "its claim has not been heartbeaten for %d s)",
 		    PQgetvalue(res, i, 0), PQgetvalue(res, i, 1),
 		    PQgetvalue(res, i, 2), lm->env->conf->stale_after);
-	/* The pool releases what these Runs held before they settle. */
+		/* What the Run held here goes before it settles. */
+		pool_release_run(PQgetvalue(res, i, 0));
+	}
 	p[0] = lm->recovery_owner;
 	db_async_sql(lm->db, store_sql_settle_recovered, 1, p,
 	    RECOVER_TIMEOUT_MS, settled, NULL);

@@ -191,6 +191,14 @@ control_status_json(void)
 	    "turns", "active", active, "queued", queued);
 	if (root == NULL)
 		fatalx("%s: json_pack", __func__);
+	TAILQ_FOREACH(p, &fleetd->procs, entry) {
+		json_t		*pl;
+		json_error_t	 jerr;
+
+		if (p->role == ROLE_LEASEMGR && p->pool_json != NULL &&
+		    (pl = json_loads(p->pool_json, 0, &jerr)) != NULL)
+			json_object_set_new(root, "pool", pl);
+	}
 	if ((s = json_dumps(root, JSON_COMPACT)) == NULL)
 		fatalx("%s: json_dumps", __func__);
 	json_decref(root);
@@ -304,6 +312,15 @@ control_msg(struct chan *ch, struct msg *m, void *arg)
 	case MSG_STATS:
 	case MSG_CTL_REPLY:
 	case MSG_WORKER_HELLO:
+	case MSG_ACQUIRE:
+	case MSG_GRANT:
+	case MSG_REFUSE:
+	case MSG_RENEW:
+	case MSG_TURN:
+	case MSG_TURN_STARTED:
+	case MSG_CHUNK:
+	case MSG_TURN_END:
+	case MSG_CANCEL:
 	case MSG__COUNT:
 		log_warnx("control: unexpected %s; dropping client",
 		    proto_msg_name(m->type));

@@ -83,6 +83,7 @@ proc_free(struct proc *p)
 		replacing = NULL;
 	chan_free(p->chan);
 	event_free(p->ev_restart);
+	free(p->pool_json);
 	free(p);
 }
 
@@ -316,16 +317,21 @@ proc_set_ready(struct proc *p)
 static void
 proc_stats(struct proc *p, const char *text)
 {
-	json_t		*j;
+	json_t		*j, *pl = NULL;
 	json_error_t	 jerr;
 	json_int_t	 active = 0, queued = 0;
 
 	if ((j = json_loads(text, 0, &jerr)) == NULL ||
-	    json_unpack(j, "{s?I, s?I}", "turns_active", &active,
-	    "turns_queued", &queued) == -1 || active < 0 || queued < 0) {
+	    json_unpack(j, "{s?I, s?I, s?o}", "turns_active", &active,
+	    "turns_queued", &queued, "pool", &pl) == -1 || active < 0 ||
+	    queued < 0 || (pl != NULL && !json_is_object(pl))) {
 		log_warnx("%s: malformed stats", p->name);
 		json_decref(j);
 		return;
+	}
+	if (pl != NULL) {
+		free(p->pool_json);
+		p->pool_json = json_dumps(pl, JSON_COMPACT);
 	}
 	json_decref(j);
 	p->turns_active = active > 1000000 ? 1000000 : active;
@@ -365,6 +371,15 @@ proc_msg(struct chan *ch, struct msg *m, void *arg)
 	case MSG_CTL_REQUEST:
 	case MSG_CTL_REPLY:
 	case MSG_WORKER_HELLO:
+	case MSG_ACQUIRE:
+	case MSG_GRANT:
+	case MSG_REFUSE:
+	case MSG_RENEW:
+	case MSG_TURN:
+	case MSG_TURN_STARTED:
+	case MSG_CHUNK:
+	case MSG_TURN_END:
+	case MSG_CANCEL:
 	case MSG__COUNT:
 		log_warnx("%s: unexpected %s; dropping it", p->name,
 		    proto_msg_name(m->type));

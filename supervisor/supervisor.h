@@ -53,6 +53,7 @@ struct proc {
 	int			 replace;	/* restart with the new config */
 	int			 turns_active;
 	int			 turns_queued;
+	char			*pool_json;	/* the leasemgr's pool counters */
 };
 TAILQ_HEAD(proclist, proc);
 
