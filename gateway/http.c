@@ -139,7 +139,10 @@ http_route(struct evhttp_request *req, void *arg)
 			evhttp_uri_free(u);
 		return;
 	}
-	if (strcmp(path, "/health") == 0 || strcmp(path, "/health/ready") == 0) {
+	if (strncmp(path, "/api/", 5) == 0)
+		api_route(req, path);
+	else if (strcmp(path, "/health") == 0 ||
+	    strcmp(path, "/health/ready") == 0) {
 		if (method != EVHTTP_REQ_GET && method != EVHTTP_REQ_HEAD)
 			http_error(req, 405, "http_405", "Method not allowed");
 		else if (path[7] == '\0')
