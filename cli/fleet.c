@@ -21,6 +21,8 @@ static const struct cli_cmd cmds[] = {
 	{ "stop", cmd_stop, "stop [--timeout S]" },
 	{ "reload", cmd_reload, "reload" },
 	{ "db", cmd_db, "db migrate | status" },
+	{ "turn", cmd_turn, "turn [-q] [-s session] [-a file]... [-k key] "
+	    "[--url URL] text" },
 };
 
 #define NCMDS	(sizeof(cmds) / sizeof(cmds[0]))

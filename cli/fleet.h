@@ -39,6 +39,9 @@ int	pid_wait_gone(pid_t, int64_t);
 /* db.c */
 int	cmd_db(struct cli *, int, char **);
 
+/* turn.c */
+int	cmd_turn(struct cli *, int, char **);
+
 /* start.c */
 int	cmd_start(struct cli *, int, char **);
 

@@ -37,6 +37,15 @@ gateway_dispatch(struct msg *m, void *arg)
 	case MSG_CTL_REQUEST:
 	case MSG_CTL_REPLY:
 	case MSG_WORKER_HELLO:
+	case MSG_ACQUIRE:
+	case MSG_GRANT:
+	case MSG_REFUSE:
+	case MSG_RENEW:
+	case MSG_TURN:
+	case MSG_TURN_STARTED:
+	case MSG_CHUNK:
+	case MSG_TURN_END:
+	case MSG_CANCEL:
 	case MSG__COUNT:
 		log_warnx("unexpected %s from fleetd", proto_msg_name(m->type));
 		break;
@@ -56,7 +65,7 @@ gateway_stats(void)
 	char		 buf[128];
 
 	snprintf(buf, sizeof(buf), "{\"turns_active\":%d,\"turns_queued\":%d}",
-	    0, 0);
+	    turns_active(), turns_queued());
 	proto_msg_init(&m, MSG_STATS);
 	m.stats.json = buf;
 	child_send(gw->child, &m);
@@ -74,6 +83,7 @@ gateway_main(struct child_env *env)
 	gw->db = db_new(env->db_conninfo, "fleetd: gateway");
 	db_async_init(gw->db, gw->base);
 	workers_init();
+	turns_init();
 	http_init();
 	gateway_stats();
 	child_ready(gw->child);
@@ -81,6 +91,7 @@ gateway_main(struct child_env *env)
 	event_base_dispatch(gw->base);
 
 	http_free();
+	turns_free();
 	workers_free();
 	db_free(gw->db);
 	child_free(gw->child);

@@ -19,11 +19,14 @@
 #define GW_WORKERS_MAX		256
 #define GW_DB_CHECK_MS		2000
 
+struct gwturn;
+
 struct worker {
 	TAILQ_ENTRY(worker)	 entry;
 	struct chan		*chan;
 	int			 instance;	/* 0 until it says hello */
 	pid_t			 pid;
+	struct gwturn		*turn;		/* the Turn it runs, or NULL */
 };
 TAILQ_HEAD(workerlist, worker);
 
@@ -51,6 +54,20 @@ void	http_init(void);
 void	http_free(void);
 void	http_json(struct evhttp_request *, int, const char *);
 void	http_error(struct evhttp_request *, int, const char *, const char *);
+
+/* api.c: every /api/ route except the Turn stream */
+void	api_route(struct evhttp_request *, const char *);
+
+/* turns.c: POST /api/sessions/{id}/turns, the SSE Turn stream */
+void	turns_init(void);
+void	turns_free(void);
+void	turns_post(struct evhttp_request *, const char *);
+void	turns_cancel_run(const char *);
+void	turns_worker_idle(struct worker *);
+void	turns_worker_msg(struct worker *, struct msg *);
+void	turns_worker_gone(struct worker *);
+int	turns_active(void);
+int	turns_queued(void);
 
 /* workers.c */
 void	workers_init(void);

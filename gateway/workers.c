@@ -97,6 +97,8 @@ workers_accept(evutil_socket_t lfd, short events, void *arg)
 static void
 worker_free(struct worker *w)
 {
+	if (w->instance > 0)
+		turns_worker_gone(w);
 	TAILQ_REMOVE(&gw->workers, w, entry);
 	gw->nworkers--;
 	chan_free(w->chan);
@@ -126,6 +128,18 @@ worker_msg(struct chan *ch, struct msg *m, void *arg)
 		log_debug("%s registered (pid %d)", peer, (int)w->pid);
 		proto_msg_init(&ack, MSG_READY);
 		chan_send(ch, &ack);
+		turns_worker_idle(w);
+		break;
+	case MSG_TURN_STARTED:
+	case MSG_CHUNK:
+	case MSG_TURN_END:
+		if (w->instance == 0) {
+			log_warnx("%s: %s before hello; dropping it",
+			    chan_peer(ch), proto_msg_name(m->type));
+			worker_free(w);
+			break;
+		}
+		turns_worker_msg(w, m);
 		break;
 	case MSG_HELLO:
 	case MSG_READY:
@@ -135,6 +149,12 @@ worker_msg(struct chan *ch, struct msg *m, void *arg)
 	case MSG_STATS:
 	case MSG_CTL_REQUEST:
 	case MSG_CTL_REPLY:
+	case MSG_ACQUIRE:
+	case MSG_GRANT:
+	case MSG_REFUSE:
+	case MSG_RENEW:
+	case MSG_TURN:
+	case MSG_CANCEL:
 	case MSG__COUNT:
 		log_warnx("%s: unexpected %s; dropping it", chan_peer(ch),
 		    proto_msg_name(m->type));

@@ -110,6 +110,15 @@ child_chan_msg(struct chan *ch, struct msg *m, void *arg)
 	case MSG_CTL_REQUEST:
 	case MSG_CTL_REPLY:
 	case MSG_WORKER_HELLO:
+	case MSG_ACQUIRE:
+	case MSG_GRANT:
+	case MSG_REFUSE:
+	case MSG_RENEW:
+	case MSG_TURN:
+	case MSG_TURN_STARTED:
+	case MSG_CHUNK:
+	case MSG_TURN_END:
+	case MSG_CANCEL:
 	case MSG__COUNT:
 		log_warnx("unexpected %s from fleetd", proto_msg_name(m->type));
 		break;

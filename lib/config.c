@@ -23,6 +23,10 @@
 #define FLEET_PG_BINDIR		"/usr/lib/postgresql/15/bin"
 #endif
 
+#ifndef FLEET_DATADIR
+#define FLEET_DATADIR		"/usr/local/share/fleet"
+#endif
+
 #ifndef FLEET_SYSCONFDIR
 #define FLEET_SYSCONFDIR	"/usr/local/etc"
 #endif
@@ -31,6 +35,9 @@
 #define ENTRIES_MAX	10000
 
 enum key_type {
+	K_BACKEND,
+	K_BOOL,
+	K_MODEL,
 	K_INT,
 	K_BYTES,
 	K_ENV,
@@ -67,6 +74,48 @@ static const struct keydef profile_keys[] = {
 	    1024LL * 1024 * 1024 },
 	{ "max_artifact_bytes", K_BYTES, O(max_artifact_bytes), 1,
 	    1024LL * 1024 * 1024 },
+	{ "sandbox_backend", K_BACKEND, O(sandbox_backend), 0,
+	    CONFIG_NAME_MAX },
+	{ "sandbox_max", K_INT, O(sandbox_max), 1, 1024 },
+	{ "sandbox_warm", K_INT, O(sandbox_warm), 0, 1024 },
+	{ "sandbox_queue_max", K_INT, O(sandbox_queue_max), 0, 100000 },
+	{ "lease_ttl", K_INT, O(lease_ttl), 5, 86400 },
+	{ "sandbox_cpu_seconds", K_INT, O(sandbox_cpu_seconds), 1, 86400 },
+	{ "sandbox_memory", K_BYTES, O(sandbox_memory), 64LL * 1024 * 1024,
+	    1024LL * 1024 * 1024 * 1024 },
+	{ "sandbox_processes", K_INT, O(sandbox_processes), 8, 100000 },
+	{ "sandbox_tmp_size", K_BYTES, O(sandbox_tmp_size), 1024 * 1024,
+	    1024LL * 1024 * 1024 * 1024 },
+	{ "sandbox_file_size", K_BYTES, O(sandbox_file_size), 1024 * 1024,
+	    1024LL * 1024 * 1024 * 1024 },
+	{ "sandbox_open_files", K_INT, O(sandbox_open_files), 16, 65536 },
+	{ "kernel_output_cap", K_BYTES, O(kernel_output_cap), 1024,
+	    1024LL * 1024 * 1024 },
+	{ "lm_base_url_env", K_ENV, O(lm_base_url_env), 0, CONFIG_ENV_MAX - 1 },
+	{ "lm_api_key_env", K_ENV, O(lm_api_key_env), 0, CONFIG_ENV_MAX - 1 },
+	{ "root_model", K_MODEL, O(root_model), 0, CONFIG_MODEL_MAX - 1 },
+	{ "sub_model", K_MODEL, O(sub_model), 0, CONFIG_MODEL_MAX - 1 },
+	{ "root_max_tokens", K_INT, O(root_max_tokens), 16, 1000000 },
+	{ "sub_max_tokens", K_INT, O(sub_max_tokens), 16, 1000000 },
+	{ "lm_timeout", K_INT, O(lm_timeout), 1, 3600 },
+	{ "sub_timeout", K_INT, O(sub_timeout), 1, 3600 },
+	{ "lm_max_attempts", K_INT, O(lm_max_attempts), 1, 10 },
+	{ "max_iters", K_INT, O(max_iters), 1, 1000 },
+	{ "max_llm_calls", K_INT, O(max_llm_calls), 0, 100000 },
+	{ "max_output_chars", K_INT, O(max_output_chars), 100, 10000000 },
+	{ "max_execution_output_bytes", K_BYTES,
+	    O(max_execution_output_bytes), 1024, 1024LL * 1024 * 1024 },
+	{ "execution_timeout", K_INT, O(execution_timeout), 1, 86400 },
+	{ "turn_timeout", K_INT, O(turn_timeout), 1, 86400 },
+	{ "turn_queue_max", K_INT, O(turn_queue_max), 0, 100000 },
+	{ "recursion_enabled", K_BOOL, O(recursion_enabled), 0, 1 },
+	{ "recursion_max_calls", K_INT, O(recursion_max_calls), 0, 1000 },
+	{ "recursion_child_max_iters", K_INT, O(recursion_child_max_iters), 1,
+	    1000 },
+	{ "recursion_child_max_llm_calls", K_INT,
+	    O(recursion_child_max_llm_calls), 0, 100000 },
+	{ "recursion_child_max_output_chars", K_INT,
+	    O(recursion_child_max_output_chars), 100, 10000000 },
 };
 
 struct entry {
@@ -206,6 +255,41 @@ defaults(struct fleet_config *c)
 	c->stale_after = 60;
 	c->max_upload_bytes = 10 * 1024 * 1024;
 	c->max_artifact_bytes = 10 * 1024 * 1024;
+	strlcpy(c->sandbox_backend, "local", sizeof(c->sandbox_backend));
+	c->sandbox_max = 4;
+	c->sandbox_warm = 1;
+	c->sandbox_queue_max = 64;
+	c->lease_ttl = 120;
+	c->sandbox_cpu_seconds = 900;
+	c->sandbox_memory = 2LL * 1024 * 1024 * 1024;
+	c->sandbox_processes = 64;
+	c->sandbox_tmp_size = 256 * 1024 * 1024;
+	c->sandbox_file_size = 1024LL * 1024 * 1024;
+	c->sandbox_open_files = 256;
+	c->kernel_output_cap = 1024 * 1024;
+	strlcpy(c->lm_base_url_env, "FLEET_LM_BASE_URL",
+	    sizeof(c->lm_base_url_env));
+	strlcpy(c->lm_api_key_env, "FLEET_LM_API_KEY",
+	    sizeof(c->lm_api_key_env));
+	strlcpy(c->root_model, "gpt-4.1-mini", sizeof(c->root_model));
+	strlcpy(c->sub_model, "gpt-4.1-mini", sizeof(c->sub_model));
+	c->root_max_tokens = 16384;
+	c->sub_max_tokens = 16384;
+	c->lm_timeout = 300;
+	c->sub_timeout = 90;
+	c->lm_max_attempts = 3;
+	c->max_iters = 12;
+	c->max_llm_calls = 32;
+	c->max_output_chars = 6000;
+	c->max_execution_output_bytes = 2000000;
+	c->execution_timeout = 300;
+	c->turn_timeout = 1800;
+	c->turn_queue_max = 64;
+	c->recursion_enabled = 0;
+	c->recursion_max_calls = 4;
+	c->recursion_child_max_iters = 8;
+	c->recursion_child_max_llm_calls = 12;
+	c->recursion_child_max_output_chars = 4000;
 }
 
 /* "10485760", "512K", "10M", "1G" (powers of 1024). */
@@ -288,6 +372,36 @@ set_key(struct parse *p, struct fleet_config *c, const struct entry *e)
 			return -1;
 		}
 		*(int *)(base + k->off) = (int)v;
+		return 0;
+	case K_BOOL:
+		if (strcmp(e->value, "true") == 0 || strcmp(e->value, "yes") == 0 ||
+		    strcmp(e->value, "1") == 0)
+			*(int *)(base + k->off) = 1;
+		else if (strcmp(e->value, "false") == 0 ||
+		    strcmp(e->value, "no") == 0 || strcmp(e->value, "0") == 0)
+			*(int *)(base + k->off) = 0;
+		else {
+			perr(p, e->line, "%s: '%s' is not true or false",
+			    e->key, e->value);
+			return -1;
+		}
+		return 0;
+	case K_MODEL:
+		if (e->value[0] == '\0' || strlen(e->value) > (size_t)k->max ||
+		    strpbrk(e->value, " \t\"\\") != NULL) {
+			perr(p, e->line, "%s: '%s' is not a model name", e->key,
+			    e->value);
+			return -1;
+		}
+		strlcpy(base + k->off, e->value, k->max + 1);
+		return 0;
+	case K_BACKEND:
+		if (strcmp(e->value, "local") != 0) {
+			perr(p, e->line, "%s: '%s' is not a sandbox backend "
+			    "(local)", e->key, e->value);
+			return -1;
+		}
+		strlcpy(base + k->off, e->value, k->max + 1);
 		return 0;
 	case K_BYTES:
 		if (parse_bytes(e->value, k->min, k->max,
@@ -436,6 +550,10 @@ config_load(const char *path, const char *profile, char **errors)
 			if (p.entries[j].key != NULL &&
 			    strcmp(p.entries[j].section, sect) == 0)
 				set_key(&p, &scratch, &p.entries[j]);
+		if (scratch.sandbox_warm > scratch.sandbox_max)
+			perr(&p, p.entries[i].line, "[%s]: sandbox_warm (%d) "
+			    "exceeds sandbox_max (%d)", sect,
+			    scratch.sandbox_warm, scratch.sandbox_max);
 		if (strcmp(name, want) == 0) {
 			found = 1;
 			c = xcalloc(1, sizeof(*c));
@@ -559,4 +677,28 @@ config_db_conninfo(const struct fleet_config *c, const char *statedir,
 	}
 	strlcat(conninfo, "/run/pg' port=5432 dbname=fleet user=fleet", len);
 	return conninfo;
+}
+
+/*
+ * The in-sandbox kernel: kernel/fleet_kernel.py beside the directory
+ * holding our binary (source tree), else the installed data directory.
+ */
+char *
+config_kernel_path(void)
+{
+	char	 exe[PATH_MAX], *slash, *path;
+	ssize_t	 n;
+
+	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n > 0) {
+		exe[n] = '\0';
+		if ((slash = strrchr(exe, '/')) != NULL) {
+			*slash = '\0';
+			xasprintf(&path, "%s/../kernel/fleet_kernel.py", exe);
+			if (access(path, R_OK) == 0)
+				return path;
+			free(path);
+		}
+	}
+	return xstrdup(FLEET_DATADIR "/fleet_kernel.py");
 }

@@ -60,7 +60,8 @@ store_prepare(struct db *db)
 	db_prepare(db, "heartbeat",
 	    "UPDATE fleet_runs SET claim_heartbeat_at = now() "
 	    "WHERE id = $1 AND claim_owner = $2 "
-	    "AND status IN ('running', 'settling')");
+	    "AND status IN ('running', 'settling') "
+	    "RETURNING cancel_requested_at IS NOT NULL");
 	db_prepare(db, "commit_session",
 	    "SELECT checkpoint_version FROM fleet_sessions WHERE id = $1 "
 	    "FOR UPDATE");
@@ -199,18 +200,24 @@ fail:
 	return CLAIM_ERROR;
 }
 
-/* 0 while the claim is ours; -1 when lost (or on error, e says). */
+/*
+ * 0 while the claim is ours, with *cancel set when a cancellation was
+ * requested; -1 when lost (or on error, e says).
+ */
 int
 store_heartbeat(struct db *db, const char *run_id, const char *owner,
-    struct db_err *e)
+    int *cancel, struct db_err *e)
 {
 	const char	*p[2] = { run_id, owner };
 	PGresult	*res;
 	int		 n;
 
+	*cancel = 0;
 	if ((res = db_exec(db, "heartbeat", 2, p, e)) == NULL)
 		return -1;
-	n = atoi(PQcmdTuples(res));
+	n = PQntuples(res);
+	if (n > 0)
+		*cancel = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
 	PQclear(res);
 	if (n == 0) {
 		snprintf(e->msg, sizeof(e->msg), "claim on run %s lost", run_id);

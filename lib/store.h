@@ -43,7 +43,7 @@ struct commit {
 
 void	store_prepare(struct db *);
 enum claim_result store_claim(struct db *, struct claim *, struct db_err *);
-int	store_heartbeat(struct db *, const char *, const char *,
+int	store_heartbeat(struct db *, const char *, const char *, int *,
 	    struct db_err *);
 int	store_commit(struct db *, struct commit *, struct db_err *);
 int	store_settle(struct db *, const char *, const char *, const char *,

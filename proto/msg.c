@@ -69,6 +69,47 @@ static const struct field worker_hello_fields[] = {
 	{ "version", FT_INT, F(worker_hello, version), 1, 0, INT32_MAX },
 };
 
+static const struct field acquire_fields[] = {
+	{ "workspace", FT_STR, F(acquire, workspace), 1, 0, 36 },
+	{ "run", FT_STR, F(acquire, run), 1, 0, 36 },
+	{ "deadline_ms", FT_INT, F(acquire, deadline_ms), 1, 0, 3600000 },
+};
+static const struct field grant_fields[] = {
+	{ "lease", FT_STR, F(grant, lease), 1, 36, 36 },
+	{ "backend", FT_STR, F(grant, backend), 1, 1, 16 },
+	{ "ttl_ms", FT_INT, F(grant, ttl_ms), 1, 1, 86400000 },
+	{ "boot_ms", FT_INT, F(grant, boot_ms), 1, 0, 3600000 },
+	{ "kernel_in", FT_FD, F(grant, kernel_in), 1, 0, 0 },
+	{ "kernel_out", FT_FD, F(grant, kernel_out), 1, 0, 0 },
+};
+static const struct field refuse_fields[] = {
+	{ "code", FT_STR, F(refuse, code), 1, 1, 32 },
+	{ "message", FT_STR, F(refuse, message), 1, 0, 1024 },
+};
+
+static const struct field turn_fields[] = {
+	{ "turn", FT_INT, F(turn, turn), 1, 1, INT64_MAX },
+	{ "session", FT_STR, F(turn, session), 1, 36, 36 },
+	{ "idempotency_key", FT_STR, F(turn, idempotency_key), 1, 1, 128 },
+	{ "request", FT_STR, F(turn, request), 1, 2, 1024 * 1024 },
+};
+static const struct field turn_started_fields[] = {
+	{ "turn", FT_INT, F(turn_started, turn), 1, 1, INT64_MAX },
+	{ "run", FT_STR, F(turn_started, run), 1, 36, 36 },
+	{ "owner", FT_STR, F(turn_started, owner), 1, 1, 128 },
+};
+static const struct field chunk_fields[] = {
+	{ "turn", FT_INT, F(chunk, turn), 1, 1, INT64_MAX },
+	{ "json", FT_STR, F(chunk, json), 1, 2, STRMAX },
+};
+static const struct field turn_end_fields[] = {
+	{ "turn", FT_INT, F(turn_end, turn), 1, 1, INT64_MAX },
+	{ "outcome", FT_STR, F(turn_end, outcome), 1, 1, 32 },
+};
+static const struct field cancel_fields[] = {
+	{ "turn", FT_INT, F(cancel, turn), 1, 1, INT64_MAX },
+};
+
 #define DEF(n, f)	{ n, f, sizeof(f) / sizeof(f[0]) }
 #define DEF0(n)		{ n, NULL, 0 }
 
@@ -82,6 +123,15 @@ static const struct msgdef msgdefs[MSG__COUNT] = {
 	[MSG_CTL_REQUEST] = DEF("ctl_request", ctl_request_fields),
 	[MSG_CTL_REPLY] = DEF("ctl_reply", ctl_reply_fields),
 	[MSG_WORKER_HELLO] = DEF("worker_hello", worker_hello_fields),
+	[MSG_ACQUIRE] = DEF("acquire", acquire_fields),
+	[MSG_GRANT] = DEF("grant", grant_fields),
+	[MSG_REFUSE] = DEF("refuse", refuse_fields),
+	[MSG_RENEW] = DEF0("renew"),
+	[MSG_TURN] = DEF("turn", turn_fields),
+	[MSG_TURN_STARTED] = DEF("turn_started", turn_started_fields),
+	[MSG_CHUNK] = DEF("chunk", chunk_fields),
+	[MSG_TURN_END] = DEF("turn_end", turn_end_fields),
+	[MSG_CANCEL] = DEF("cancel", cancel_fields),
 };
 
 const char *

@@ -35,6 +35,17 @@ enum msg_type {
 	MSG_CTL_REPLY,
 	/* turnworker <-> gateway (run/gateway.sock) */
 	MSG_WORKER_HELLO,
+	/* turnworker <-> leasemgr (run/leasemgr.sock, one connection a lease) */
+	MSG_ACQUIRE,
+	MSG_GRANT,
+	MSG_REFUSE,
+	MSG_RENEW,
+	/* gateway <-> turnworker: one Turn at a time */
+	MSG_TURN,
+	MSG_TURN_STARTED,
+	MSG_CHUNK,
+	MSG_TURN_END,
+	MSG_CANCEL,
 	MSG__COUNT
 };
 
@@ -79,6 +90,58 @@ struct msg_worker_hello {
 	int64_t	 version;
 };
 
+/* Ask for a sandbox, waiting up to deadline_ms for a free slot. */
+struct msg_acquire {
+	char	*workspace;	/* uuid, or "" for no volume */
+	char	*run;		/* uuid of the Run it serves, or "" */
+	int64_t	 deadline_ms;
+};
+
+/* A lease: for the local backend, the kernel's stdin and stdout. */
+struct msg_grant {
+	char	*lease;		/* uuid */
+	char	*backend;	/* "local" */
+	int64_t	 ttl_ms;	/* renew before this runs out */
+	int64_t	 boot_ms;	/* how long the kernel took to be ready */
+	int	 kernel_in;
+	int	 kernel_out;
+};
+
+struct msg_refuse {
+	char	*code;		/* queue_full, deadline, unavailable, bad_request */
+	char	*message;
+};
+
+/* A Turn for a worker to run. */
+struct msg_turn {
+	int64_t	 turn;		/* the gateway's id for it */
+	char	*session;
+	char	*idempotency_key;
+	char	*request;	/* JSON: {"text", "attachment_ids"} */
+};
+
+/* The Run is claimed: the gateway can cancel or settle it. */
+struct msg_turn_started {
+	int64_t	 turn;
+	char	*run;
+	char	*owner;
+};
+
+/* One chunk of the UI message stream, already encoded as JSON. */
+struct msg_chunk {
+	int64_t	 turn;
+	char	*json;
+};
+
+struct msg_turn_end {
+	int64_t	 turn;
+	char	*outcome;	/* completed, failed, cancelled, timeout */
+};
+
+struct msg_cancel {
+	int64_t	 turn;
+};
+
 struct msg {
 	enum msg_type	 type;
 	union {
@@ -88,6 +151,14 @@ struct msg {
 		struct msg_ctl_request	ctl_request;
 		struct msg_ctl_reply	ctl_reply;
 		struct msg_worker_hello	worker_hello;
+		struct msg_acquire	acquire;
+		struct msg_grant	grant;
+		struct msg_refuse	refuse;
+		struct msg_turn		turn;
+		struct msg_turn_started	turn_started;
+		struct msg_chunk	chunk;
+		struct msg_turn_end	turn_end;
+		struct msg_cancel	cancel;
 	};
 };
 

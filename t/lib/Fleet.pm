@@ -166,6 +166,93 @@ sub stop {
 	return $self->fleet('stop');
 }
 
+# A scripted LM (bin/fleet-lmstub) on a free port: ($port, $logfile, $pid).
+our @STUBS;
+sub lmstub {
+	my ($self, $script) = @_;
+	my $n = scalar(@STUBS) + 1;
+	my $sf = "$self->{dir}/lm$n.jsonl";
+	my $lf = "$self->{dir}/lm$n.log";
+	open(my $fh, '>', $sf) or die;
+	print $fh $script;
+	close $fh;
+	pipe(my $r, my $w) or die;
+	my $pid = fork // die;
+	if ($pid == 0) {
+		close $r;
+		open(STDOUT, '>&', $w) or die;
+		exec("$BIN/fleet-lmstub", '--listen', '127.0.0.1:0',
+		    '--script', $sf, '--log', $lf) or die;
+	}
+	close $w;
+	my $line = <$r>;
+	die "fleet-lmstub did not start" unless $line &&
+	    $line =~ /^listening 127\.0\.0\.1:(\d+)/;
+	push @STUBS, $pid;
+	$self->{stub_r} = $r;
+	return ($1, $lf, $pid);
+}
+
+# The request bodies the stub saw, decoded.
+sub lmlog {
+	my ($self, $lf) = @_;
+	open(my $fh, '<', $lf) or return ();
+	return map { json_decode($_) } <$fh>;
+}
+
+sub session {
+	my ($self) = @_;
+	my $r = $self->http('POST', '/api/sessions',
+	    headers => { 'content-type' => 'application/json' },
+	    content => '{}');
+	die "session: $r->{status} $r->{content}" unless $r->{status} == 201;
+	return json_decode($r->{content})->{id};
+}
+
+# POST a Turn with curl (a real HTTP client) into a file; returns the
+# body path.  With background => 1, returns (pid, path) at once.
+sub turn_post {
+	my ($self, $sid, $body, %o) = @_;
+	my $n = ++$self->{turns};
+	my $out = "$self->{dir}/turn$n.sse";
+	my $head = "$self->{dir}/turn$n.head";
+	my @cmd = ('curl', '-sS', '-N', '-o', $out, '-D', $head, '-X', 'POST',
+	    "$self->{url}/api/sessions/$sid/turns",
+	    '-H', 'Content-Type: application/json',
+	    '-H', 'Idempotency-Key: ' . ($o{key} // "key-$n-$$"),
+	    '--data-binary', $body, '--max-time', $o{max_time} // 120);
+	if ($o{background}) {
+		my $pid = fork // die;
+		if ($pid == 0) {
+			open(STDERR, '>', '/dev/null');
+			exec(@cmd) or die;
+		}
+		return ($pid, $out, $head);
+	}
+	my ($rc, undef, $err) = run_cmd(@cmd);
+	die "curl: $err" if $rc;
+	return ($out, $head);
+}
+
+# Check a captured Turn body with the AI SDK checker; returns its summary
+# (a hash with ok, types, text, error, ...) and its stderr.
+sub check_stream {
+	my ($self, $body, $head, $expect) = @_;
+	my @cmd = ('node', "$TOP/t/js/check-stream.mjs", '--file', $body,
+	    '--json');
+	push @cmd, '--headers', $head if $head;
+	push @cmd, '--expect', $expect if $expect;
+	my ($rc, $out, $err) = run_cmd(@cmd);
+	my $sum = eval { json_decode((split /\n/, $out)[-1] // '{}') } // {};
+	$sum->{rc} = $rc;
+	$sum->{stderr} = $err;
+	return $sum;
+}
+
+sub have_checker { -d "$TOP/t/js/node_modules/ai" && !system('node -v >/dev/null 2>&1') }
+
+END { kill('TERM', $_) for @STUBS }
+
 sub DESTROY {
 	my $self = shift;
 	local ($?, $!, $@);

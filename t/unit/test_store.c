@@ -98,9 +98,23 @@ main(void)
 	c2.session_id = "00000000-0000-0000-0000-000000000000";
 	is_int(store_claim(db, &c2, &e), CLAIM_NO_SESSION, "unknown session");
 
-	is_int(store_heartbeat(db, run1, "worker-1", &e), 0, "heartbeat");
-	is_int(store_heartbeat(db, run1, "worker-2", &e), -1,
-	    "heartbeat by another owner fails");
+	{
+		int cancel = -1;
+
+		is_int(store_heartbeat(db, run1, "worker-1", &cancel, &e), 0,
+		    "heartbeat");
+		is_int(cancel, 0, "no cancellation requested");
+		is_int(store_heartbeat(db, run1, "worker-2", &cancel, &e), -1,
+		    "heartbeat by another owner fails");
+		v = scalar(db, "UPDATE fleet_runs SET cancel_requested_at = "
+		    "now() WHERE id = $1 RETURNING 1", run1);
+		free(v);
+		store_heartbeat(db, run1, "worker-1", &cancel, &e);
+		is_int(cancel, 1, "heartbeat reports a requested cancel");
+		v = scalar(db, "UPDATE fleet_runs SET cancel_requested_at = "
+		    "NULL WHERE id = $1 RETURNING 1", run1);
+		free(v);
+	}
 
 	memset(&cm, 0, sizeof(cm));
 	cm.run_id = run1;
