@@ -681,7 +681,8 @@ config_db_conninfo(const struct fleet_config *c, const char *statedir,
 
 /*
  * The in-sandbox kernel: kernel/fleet_kernel.py beside the directory
- * holding our binary (source tree), else the installed data directory.
+ * holding our binary (source tree), else share/fleet beside it (an
+ * install under PREFIX), else the compiled-in data directory.
  */
 char *
 config_kernel_path(void)
@@ -695,6 +696,11 @@ config_kernel_path(void)
 		if ((slash = strrchr(exe, '/')) != NULL) {
 			*slash = '\0';
 			xasprintf(&path, "%s/../kernel/fleet_kernel.py", exe);
+			if (access(path, R_OK) == 0)
+				return path;
+			free(path);
+			xasprintf(&path, "%s/../share/fleet/fleet_kernel.py",
+			    exe);
 			if (access(path, R_OK) == 0)
 				return path;
 			free(path);

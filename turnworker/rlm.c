@@ -49,6 +49,7 @@ enum rlm_phase {
 struct rlm {
 	struct event_base	*base;
 	struct lm		*lm;
+	struct lm		*lm_sub;
 	struct kernel		*kernel;
 	struct rlm_params	 p;
 	const struct rlm_ops	*ops;
@@ -330,7 +331,7 @@ llm_query(struct rlm *r, const char *id, json_t *prompts, int batch)
 		req.arg = &h->calls[i];
 		h->calls[i].h = h;
 		h->calls[i].index = i;
-		h->calls[i].call = lm_call(r->lm, &req);
+		h->calls[i].call = lm_call(r->lm_sub, &req);
 		free(m);
 	}
 }
@@ -816,11 +817,12 @@ think(struct rlm *r)
 
 /*
  * A run over the kernel whose stdin and stdout are kin and kout, with
- * vars (an object) bound as its input variables.
+ * vars (an object) bound as its input variables; the root model is
+ * called through lm, the sub-model through lm_sub.
  */
 struct rlm *
-rlm_new(struct event_base *base, struct lm *lm, int kin, int kout,
-    const struct rlm_params *p, const char *run, json_t *vars,
+rlm_new(struct event_base *base, struct lm *lm, struct lm *lm_sub, int kin,
+    int kout, const struct rlm_params *p, const char *run, json_t *vars,
     const struct rlm_ops *ops, void *arg)
 {
 	struct rlm		*r;
@@ -829,6 +831,7 @@ rlm_new(struct event_base *base, struct lm *lm, int kin, int kout,
 	r = xcalloc(1, sizeof(*r));
 	r->base = base;
 	r->lm = lm;
+	r->lm_sub = lm_sub;
 	r->p = *p;
 	r->ops = ops;
 	r->arg = arg;

@@ -54,7 +54,7 @@ struct rlm_ops {
 		    void *);
 };
 
-struct rlm	*rlm_new(struct event_base *, struct lm *, int, int,
+struct rlm	*rlm_new(struct event_base *, struct lm *, struct lm *, int, int,
 		    const struct rlm_params *, const char *, json_t *,
 		    const struct rlm_ops *, void *);
 void		 rlm_start(struct rlm *);

@@ -387,7 +387,7 @@ child_granted(struct lease_client *lc, int kin, int kout, int64_t boot_ms,
 	(void)boot_ms;
 	vars = json_pack("{s:s, s:O, s:[]}", "query", c->label, "context",
 	    c->context, "attachments");
-	c->rlm = rlm_new(tw->base, tw->lm, kin, kout, &p, c->id, vars,
+	c->rlm = rlm_new(tw->base, tw->lm, tw->lm_sub, kin, kout, &p, c->id, vars,
 	    &child_ops, c);
 	json_decref(vars);
 	rlm_start(c->rlm);
@@ -463,7 +463,7 @@ granted(struct lease_client *lc, int kin, int kout, int64_t boot_ms, void *arg)
 	    (long long)boot_ms);
 	emit(chunk_start(t->run, t->session, t->created_at, "live"), t);
 	t->started = 1;
-	t->rlm = rlm_new(tw->base, tw->lm, kin, kout, &p, t->run, vars,
+	t->rlm = rlm_new(tw->base, tw->lm, tw->lm_sub, kin, kout, &p, t->run, vars,
 	    &root_ops, t);
 	json_object_del(t->request, "_vars");
 	rlm_start(t->rlm);

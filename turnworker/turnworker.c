@@ -210,6 +210,9 @@ tw_lm_init(void)
 	lc.stall_timeout_s = c->lm_timeout;
 	lc.max_attempts = c->lm_max_attempts;
 	tw->lm = lm_new(tw->base, &lc);
+	lc.timeout_s = c->sub_timeout;
+	lc.stall_timeout_s = c->sub_timeout;
+	tw->lm_sub = lm_new(tw->base, &lc);
 }
 
 void
@@ -234,8 +237,10 @@ turnworker_main(struct child_env *env)
 	turn_abandon();
 	chan_free(tw->gateway);
 	event_free(tw->ev_dial);
-	if (tw->lm != NULL)
+	if (tw->lm != NULL) {
 		lm_free(tw->lm);
+		lm_free(tw->lm_sub);
+	}
 	db_free(tw->db);
 	child_free(tw->child);
 	event_base_free(tw->base);

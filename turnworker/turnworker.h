@@ -25,7 +25,8 @@ struct turnworker {
 	int			 stopping;
 	char			*gwpath;
 	struct db		*db;
-	struct lm		*lm;
+	struct lm		*lm;		/* the root model */
+	struct lm		*lm_sub;	/* the sub-model, own timeout */
 	char			*lm_error;	/* why there is no lm */
 	struct turn		*turn;
 };
