@@ -16,15 +16,6 @@
 #include "lib/store.h"
 #include "lib/util.h"
 
-static double
-now_us(void)
-{
-	struct timespec	 ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
 static int
 cmp(const void *a, const void *b)
 {

@@ -21,6 +21,7 @@ int	 xasprintf(char **, const char *, ...)
 	    __attribute__((format(printf, 2, 3)));
 
 int64_t	 now_ms(void);
+int64_t	 now_us(void);
 int64_t	 wall_ms(void);
 
 int	 fd_nonblock(int);

@@ -83,6 +83,10 @@ struct rlm {
 	struct lm_usage		 usage;
 	int			 iterations;
 	json_t			*submitted;
+	int64_t			 exec_start;
+	int64_t			 exec_us;	/* kernel time, all cells */
+	int64_t			 lm_start;
+	int64_t			 lm_us;		/* root model time */
 };
 
 static void	think(struct rlm *);
@@ -149,6 +153,14 @@ int
 rlm_sub_calls(struct rlm *r)
 {
 	return r->llm_calls;
+}
+
+/* Time spent in the kernel's cells and in root model calls, in µs. */
+void
+rlm_times(struct rlm *r, int64_t *exec_us, int64_t *lm_us)
+{
+	*exec_us = r->exec_us;
+	*lm_us = r->lm_us;
 }
 
 /* Stop everything in flight: no callback of ours runs after this. */
@@ -454,6 +466,7 @@ cell_done(struct rlm *r, const char *status, json_t *outputs)
 	int		 submitted = strcmp(status, "submitted") == 0;
 
 	evtimer_del(r->ev_exec);
+	r->exec_us += now_us() - r->exec_start;
 	if (r->timed_out)
 		evbuffer_add_printf(r->out, "\n[Error] the cell ran longer than "
 		    "execution_timeout (%d s) and was interrupted\n",
@@ -620,6 +633,7 @@ execute(struct rlm *r)
 	snprintf(r->cell, sizeof(r->cell), "c%d", ++r->cells);
 	req = json_pack("{s:s, s:s, s:s}", "type", "execute", "id", r->cell,
 	    "code", r->code);
+	r->exec_start = now_us();
 	kernel_send(r->kernel, req);
 	json_decref(req);
 	timer_add_ms(r->ev_exec, (int64_t)r->p.execution_timeout * 1000);
@@ -666,6 +680,7 @@ root_done(struct lm_result *res, void *arg)
 	char		*reply, detail[600], *code, *reasoning;
 
 	r->root = NULL;
+	r->lm_us += now_us() - r->lm_start;
 	rlm_add_usage(r, &res->usage, 1);
 	if (r->reasoning_open) {
 		emit(r, chunk_id("reasoning-end", r->reasoning_id));
@@ -733,6 +748,7 @@ root_call(struct rlm *r)
 	req.on_done = root_done;
 	req.arg = r;
 	r->phase = PH_THINK;
+	r->lm_start = now_us();
 	r->root = lm_call(r->lm, &req);
 	free(msgs);
 }
@@ -745,6 +761,7 @@ extract_done(struct lm_result *res, void *arg)
 	size_t		 len = res->len;
 
 	r->root = NULL;
+	r->lm_us += now_us() - r->lm_start;
 	rlm_add_usage(r, &res->usage, 1);
 	if (res->error != LM_OK) {
 		snprintf(detail, sizeof(detail), "extract: %s: %s",
@@ -792,6 +809,7 @@ extract(struct rlm *r)
 	req.on_done = extract_done;
 	req.arg = r;
 	r->phase = PH_EXTRACT;
+	r->lm_start = now_us();
 	r->root = lm_call(r->lm, &req);
 	free(msgs);
 }

@@ -66,5 +66,6 @@ struct lm_usage	 rlm_usage(struct rlm *);
 int		 rlm_iterations(struct rlm *);
 int		 rlm_lm_calls(struct rlm *);
 int		 rlm_sub_calls(struct rlm *);
+void		 rlm_times(struct rlm *, int64_t *, int64_t *);
 
 #endif

@@ -46,6 +46,7 @@ struct turn {
 	json_t			*request;
 	int			 base_checkpoint;
 	int64_t			 start_ms;
+	int64_t			 start_us;
 	char			 created_at[64];
 	struct lease_client	*lease;
 	struct rlm		*rlm;
@@ -216,10 +217,14 @@ static json_t *
 usage_json(struct turn *t)
 {
 	struct lm_usage	 u = rlm_usage(t->rlm);
+	int64_t		 exec_us, lm_us;
 
-	return json_pack("{s:i, s:I, s:{s:I, s:I, s:I, s:i, s:i}}",
+	rlm_times(t->rlm, &exec_us, &lm_us);
+	return json_pack("{s:i, s:f, s:f, s:f, s:{s:I, s:I, s:I, s:i, s:i}}",
 	    "iterations", rlm_iterations(t->rlm),
-	    "duration_ms", (json_int_t)(now_ms() - t->start_ms),
+	    "duration_ms", (now_us() - t->start_us) / 1000.0,
+	    "execution_ms", exec_us / 1000.0,
+	    "lm_ms", lm_us / 1000.0,
 	    "observed_lm_usage",
 	    "prompt_tokens", (json_int_t)u.prompt_tokens,
 	    "completion_tokens", (json_int_t)u.completion_tokens,
@@ -723,6 +728,7 @@ turn_begin(struct msg_turn *m)
 	t = xcalloc(1, sizeof(*t));
 	t->id = m->turn;
 	t->start_ms = now_ms();
+	t->start_us = now_us();
 	iso_now(t->created_at, sizeof(t->created_at));
 	strlcpy(t->session, m->session, sizeof(t->session));
 	strlcpy(t->key, m->idempotency_key, sizeof(t->key));

@@ -64,7 +64,8 @@ sub new {
 	# The embedded database runs as another user when we are root: it
 	# must be able to pass through (not list) our directory.
 	chmod 0711, $dir;
-	my $self = bless { dir => $dir, state => "$dir/state" }, $class;
+	my $self = bless { dir => $dir, state => "$dir/state", owner => $$ },
+	    $class;
 	my $ini = $o{config} // "[fleet]\ndefault_profile = test\n\n"
 	    . "[profile test]\nlisten = 127.0.0.1:0\n"
 	    . "workers = " . ($o{workers} // 2) . "\n"
@@ -188,7 +189,7 @@ sub lmstub {
 	my $line = <$r>;
 	die "fleet-lmstub did not start" unless $line &&
 	    $line =~ /^listening 127\.0\.0\.1:(\d+)/;
-	push @STUBS, $pid;
+	push @STUBS, [$pid, $$];
 	$self->{stub_r} = $r;
 	return ($1, $lf, $pid);
 }
@@ -251,12 +252,14 @@ sub check_stream {
 
 sub have_checker { -d "$TOP/t/js/node_modules/ai" && !system('node -v >/dev/null 2>&1') }
 
-END { kill('TERM', $_) for @STUBS }
+# Only the process that started a stub or a fleetd stops it, not a child
+# it forked.
+END { kill('TERM', $_->[0]) for grep { $_->[1] == $$ } @STUBS }
 
 sub DESTROY {
 	my $self = shift;
 	local ($?, $!, $@);
-	if ($self->{started}) {
+	if ($self->{started} && $self->{owner} == $$) {
 		$self->fleet('stop');
 	}
 }
