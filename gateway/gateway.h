@@ -39,9 +39,7 @@ struct gateway {
 	struct workerlist	 workers;
 	int			 nworkers;
 	struct db		*db;
-	int			 sockfd;
-	struct event		*ev_sock;
-	char			*sockpath;
+	struct listener		*listener;	/* run/gateway.sock */
 };
 
 extern struct gateway	*gw;

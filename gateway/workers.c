@@ -14,12 +14,13 @@
 #include <bsd/unistd.h>
 #include <event2/event.h>
 
+#include "lib/listener.h"
 #include "lib/log.h"
 #include "lib/util.h"
 #include "proto/chan.h"
 #include "gateway.h"
 
-static void	workers_accept(evutil_socket_t, short, void *);
+static void	workers_accept(int, void *);
 static void	worker_msg(struct chan *, struct msg *, void *);
 static void	worker_close(struct chan *, const char *, void *);
 static void	worker_free(struct worker *);
@@ -27,15 +28,14 @@ static void	worker_free(struct worker *);
 void
 workers_init(void)
 {
+	char	*path;
+
 	TAILQ_INIT(&gw->workers);
-	xasprintf(&gw->sockpath, "%s/gateway.sock", gw->env->rundir);
-	if ((gw->sockfd = unix_listen(gw->sockpath, 0600)) == -1)
-		fatal("%s", gw->sockpath);
-	gw->ev_sock = event_new(gw->base, gw->sockfd, EV_READ | EV_PERSIST,
-	    workers_accept, NULL);
-	if (gw->ev_sock == NULL)
-		fatalx("%s: event_new", __func__);
-	event_add(gw->ev_sock, NULL);
+	xasprintf(&path, "%s/gateway.sock", gw->env->rundir);
+	if ((gw->listener = listener_new(gw->base, path, workers_accept,
+	    NULL)) == NULL)
+		fatal("%s", path);
+	free(path);
 }
 
 void
@@ -45,13 +45,7 @@ workers_free(void)
 
 	while ((w = TAILQ_FIRST(&gw->workers)) != NULL)
 		worker_free(w);
-	if (gw->ev_sock != NULL)
-		event_free(gw->ev_sock);
-	if (gw->sockfd != -1) {
-		close(gw->sockfd);
-		unlink(gw->sockpath);
-	}
-	free(gw->sockpath);
+	listener_free(gw->listener);
 }
 
 int
@@ -67,24 +61,13 @@ workers_ready(void)
 }
 
 static void
-workers_accept(evutil_socket_t lfd, short events, void *arg)
+workers_accept(int fd, void *arg)
 {
 	struct worker	*w;
-	uid_t		 uid;
-	gid_t		 gid;
-	int		 fd;
 
-	(void)events;
 	(void)arg;
-	if ((fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) ==
-	    -1) {
-		if (errno != EAGAIN && errno != EINTR)
-			log_warn("gateway.sock: accept");
-		return;
-	}
-	if (getpeereid(fd, &uid, &gid) == -1 || uid != geteuid() ||
-	    gw->nworkers >= GW_WORKERS_MAX) {
-		log_warnx("gateway.sock: refused a connection");
+	if (gw->nworkers >= GW_WORKERS_MAX) {
+		log_warnx("gateway.sock: too many connections");
 		close(fd);
 		return;
 	}

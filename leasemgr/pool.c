@@ -37,6 +37,7 @@
 #include <uuid.h>
 
 #include "lib/db.h"
+#include "lib/listener.h"
 #include "lib/log.h"
 #include "lib/util.h"
 #include "proto/chan.h"
@@ -106,9 +107,7 @@ struct pool {
 	int			 nwaiting;
 	char			 warm_ws[40];
 	char			*kernel;
-	char			*sockpath;
-	int			 sockfd;
-	struct event		*ev_sock;
+	struct listener		*listener;	/* run/leasemgr.sock */
 	int64_t			 created_total;
 	int64_t			 failed_total;
 	int			 stopping;
@@ -719,24 +718,13 @@ lease_close(struct chan *ch, const char *why, void *arg)
 }
 
 static void
-pool_accept(evutil_socket_t lfd, short events, void *arg)
+pool_accept(int fd, void *arg)
 {
 	struct lease	*l;
-	uid_t		 uid;
-	gid_t		 gid;
-	int		 fd;
 
-	(void)events;
 	(void)arg;
-	if ((fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) ==
-	    -1) {
-		if (errno != EAGAIN && errno != EINTR)
-			log_warn("leasemgr.sock: accept");
-		return;
-	}
-	if (getpeereid(fd, &uid, &gid) == -1 || uid != geteuid() ||
-	    pool.nleases >= LEASES_MAX) {
-		log_warnx("leasemgr.sock: refused a connection");
+	if (pool.nleases >= LEASES_MAX) {
+		log_warnx("leasemgr.sock: too many connections");
 		close(fd);
 		return;
 	}
@@ -853,6 +841,7 @@ pool_init(char *err, size_t errsz)
 {
 	const struct fleet_config *c = lm->env->conf;
 	const char	*p[1];
+	char		*path;
 	int		 i;
 
 	if (sandbox_local_probe(err, errsz) == -1)
@@ -889,16 +878,14 @@ pool_init(char *err, size_t errsz)
 	db_async_sql(lm->db, "DELETE FROM fleet_sandboxes WHERE node_id = $1 "
 	    "RETURNING id", 1, p, DB_TIMEOUT_MS, pool_cleaned, NULL);
 
-	xasprintf(&pool.sockpath, "%s/leasemgr.sock", lm->env->rundir);
-	if ((pool.sockfd = unix_listen(pool.sockpath, 0600)) == -1) {
-		snprintf(err, errsz, "%s: %s", pool.sockpath, strerror(errno));
+	xasprintf(&path, "%s/leasemgr.sock", lm->env->rundir);
+	if ((pool.listener = listener_new(lm->base, path, pool_accept,
+	    NULL)) == NULL) {
+		snprintf(err, errsz, "%s: %s", path, strerror(errno));
+		free(path);
 		return -1;
 	}
-	pool.ev_sock = event_new(lm->base, pool.sockfd, EV_READ | EV_PERSIST,
-	    pool_accept, NULL);
-	if (pool.ev_sock == NULL)
-		fatalx("%s: event_new", __func__);
-	event_add(pool.ev_sock, NULL);
+	free(path);
 	pool_kick();
 	pool_stats();
 	return 0;
@@ -925,13 +912,7 @@ pool_free(void)
 		event_free(pool.slots[i].ev_boot);
 	}
 	free(pool.slots);
-	if (pool.ev_sock != NULL)
-		event_free(pool.ev_sock);
-	if (pool.sockfd != -1) {
-		close(pool.sockfd);
-		unlink(pool.sockpath);
-	}
-	free(pool.sockpath);
+	listener_free(pool.listener);
 	free(pool.kernel);
 	if (pool.uid_lock != -1)
 		close(pool.uid_lock);

@@ -17,6 +17,7 @@
 #include <event2/event.h>
 #include <jansson.h>
 
+#include "lib/listener.h"
 #include "lib/log.h"
 #include "lib/util.h"
 #include "proto/chan.h"
@@ -32,7 +33,7 @@ struct ctl_conn {
 	struct event		*ev_timeout;
 };
 
-static void	control_accept(evutil_socket_t, short, void *);
+static void	control_accept(int, void *);
 static void	control_msg(struct chan *, struct msg *, void *);
 static void	control_close(struct chan *, const char *, void *);
 static void	control_conn_free(struct ctl_conn *);
@@ -40,19 +41,16 @@ static void	control_reply(struct ctl_conn *, int, const char *,
 		    const char *);
 static void	control_drain_timeout(evutil_socket_t, short, void *);
 
-static char	*ctlpath;
-
 void
 control_init(void)
 {
-	xasprintf(&ctlpath, "%s/fleetd.sock", fleetd->rundir);
-	if ((fleetd->ctlfd = unix_listen(ctlpath, 0600)) == -1)
-		fatal("control socket %s", ctlpath);
-	fleetd->ev_ctl = event_new(fleetd->base, fleetd->ctlfd,
-	    EV_READ | EV_PERSIST, control_accept, NULL);
-	if (fleetd->ev_ctl == NULL)
-		fatalx("%s: event_new", __func__);
-	event_add(fleetd->ev_ctl, NULL);
+	char	*path;
+
+	xasprintf(&path, "%s/fleetd.sock", fleetd->rundir);
+	if ((fleetd->ctl = listener_new(fleetd->base, path, control_accept,
+	    NULL)) == NULL)
+		fatal("control socket %s", path);
+	free(path);
 }
 
 void
@@ -62,37 +60,16 @@ control_cleanup(void)
 
 	while ((c = TAILQ_FIRST(&fleetd->ctls)) != NULL)
 		control_conn_free(c);
-	if (fleetd->ev_ctl != NULL)
-		event_free(fleetd->ev_ctl);
-	if (fleetd->ctlfd != -1) {
-		close(fleetd->ctlfd);
-		unlink(ctlpath);
-	}
-	free(ctlpath);
+	listener_free(fleetd->ctl);
+	fleetd->ctl = NULL;
 }
 
 static void
-control_accept(evutil_socket_t lfd, short events, void *arg)
+control_accept(int fd, void *arg)
 {
 	struct ctl_conn	*c;
-	uid_t		 uid;
-	gid_t		 gid;
-	int		 fd;
 
-	(void)events;
 	(void)arg;
-	if ((fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) ==
-	    -1) {
-		if (errno != EAGAIN && errno != EINTR)
-			log_warn("control: accept");
-		return;
-	}
-	if (getpeereid(fd, &uid, &gid) == -1 || uid != geteuid()) {
-		log_warnx("control: refused a connection from uid %d",
-		    (int)uid);
-		close(fd);
-		return;
-	}
 	if (fleetd->nctls >= CTL_CONNS_MAX) {
 		log_warnx("control: too many connections");
 		close(fd);

@@ -532,7 +532,6 @@ main(int argc, char *argv[])
 	TAILQ_INIT(&fleetd->ctls);
 	fleetd->readyfd = -1;
 	fleetd->listenfd = -1;
-	fleetd->ctlfd = -1;
 	fleetd->port_override = -1;
 
 	while ((ch = getopt_long(argc, argv, "c:Dd:L:nP:p:R:v", longopts,

@@ -79,8 +79,7 @@ struct fleetd {
 	int			 readyfd;	/* fleet start waits on this */
 	struct pidfh		*pfh;
 	struct proclist		 procs;
-	int			 ctlfd;
-	struct event		*ev_ctl;
+	struct listener		*ctl;		/* run/fleetd.sock */
 	struct ctllist		 ctls;
 	int			 nctls;
 	struct event		*ev_stop;	/* shutdown deadline */

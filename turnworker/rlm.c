@@ -673,6 +673,27 @@ messages_json(struct rlm *r, const char *system, const char *user,
 
 static void root_call(struct rlm *);
 
+/* A call to the root model; streamed replies are shown as reasoning. */
+static void
+root_request(struct rlm *r, char *msgs, int stream,
+    void (*done)(struct lm_result *, void *))
+{
+	struct lm_request	 req;
+
+	memset(&req, 0, sizeof(req));
+	req.model = r->p.root_model;
+	req.messages = msgs;
+	req.max_tokens = r->p.root_max_tokens;
+	req.temperature = -1;
+	req.stream = stream;
+	req.on_delta = stream ? root_delta : NULL;
+	req.on_done = done;
+	req.arg = r;
+	r->lm_start = now_us();
+	r->root = lm_call(r->lm, &req);
+	free(msgs);
+}
+
 static void
 root_done(struct lm_result *res, void *arg)
 {
@@ -724,8 +745,7 @@ root_done(struct lm_result *res, void *arg)
 static void
 root_call(struct rlm *r)
 {
-	struct lm_request	 req;
-	char			*hist, *user, *msgs;
+	char	*hist, *user, *msgs;
 
 	snprintf(r->reasoning_id, sizeof(r->reasoning_id), "reasoning-%s-%d%s",
 	    r->run, r->step, "");
@@ -738,19 +758,8 @@ root_call(struct rlm *r)
 	msgs = messages_json(r, r->system, user, r->reask_msgs);
 	free(hist);
 	free(user);
-	memset(&req, 0, sizeof(req));
-	req.model = r->p.root_model;
-	req.messages = msgs;
-	req.max_tokens = r->p.root_max_tokens;
-	req.temperature = -1;
-	req.stream = 1;
-	req.on_delta = root_delta;
-	req.on_done = root_done;
-	req.arg = r;
 	r->phase = PH_THINK;
-	r->lm_start = now_us();
-	r->root = lm_call(r->lm, &req);
-	free(msgs);
+	root_request(r, msgs, 1, root_done);
 }
 
 static void
@@ -787,8 +796,7 @@ extract_done(struct lm_result *res, void *arg)
 static void
 extract(struct rlm *r)
 {
-	struct lm_request	 req;
-	char			*hist, *user, *msgs, *sys;
+	char	*hist, *user, *msgs, *sys;
 
 	log_info("run %s: max_iters (%d) spent; asking for the answer", r->run,
 	    r->p.max_iters);
@@ -800,18 +808,8 @@ extract(struct rlm *r)
 	free(hist);
 	free(user);
 	free(sys);
-	memset(&req, 0, sizeof(req));
-	req.model = r->p.root_model;
-	req.messages = msgs;
-	req.max_tokens = r->p.root_max_tokens;
-	req.temperature = -1;
-	req.stream = 0;
-	req.on_done = extract_done;
-	req.arg = r;
 	r->phase = PH_EXTRACT;
-	r->lm_start = now_us();
-	r->root = lm_call(r->lm, &req);
-	free(msgs);
+	root_request(r, msgs, 0, extract_done);
 }
 
 /* The next step: the root model writes, then its code runs. */
