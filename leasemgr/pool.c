@@ -171,10 +171,11 @@ pool_stats(void)
 
 	snprintf(buf, sizeof(buf), "{\"pool\":{\"active\":%d,\"warm\":%d,"
 	    "\"booting\":%d,\"waiting\":%d,\"max\":%d,\"created_total\":%lld,"
-	    "\"failed_total\":%lld}}", count_slots(SLOT_LEASED),
+	    "\"failed_total\":%lld,\"uid_base\":%u}}", count_slots(SLOT_LEASED),
 	    count_slots(SLOT_WARM), count_slots(SLOT_BOOTING) +
 	    count_slots(SLOT_RECORDING), pool.nwaiting, pool.nslots,
-	    (long long)pool.created_total, (long long)pool.failed_total);
+	    (long long)pool.created_total, (long long)pool.failed_total,
+	    (unsigned)pool.uid_base);
 	proto_msg_init(&m, MSG_STATS);
 	m.stats.json = buf;
 	child_send(lm->child, &m);

@@ -52,7 +52,7 @@ SKIP: {
 	is($rc, 1, 'status as uid 65534 fails');
 	like($err, qr/no answer from fleetd|send: (Broken pipe|Connection reset)/,
 	    'fleetd closed the connection');
-	ok($f->log_wait(qr/control: refused a connection from uid 65534/, 5),
+	ok($f->log_wait(qr/fleetd.sock: refused a connection from uid 65534/, 5),
 	    'and logged the refusal');
 	chmod 0600, $f->rundir . '/fleetd.sock';
 }
