@@ -14,7 +14,7 @@
 #include "lib/child.h"
 
 #define GW_HEADERS_MAX		(16 * 1024)
-#define GW_BODY_MAX		(11 * 1024 * 1024)
+#define GW_BODY_SLACK		(1024 * 1024)	/* multipart framing */
 #define GW_HTTP_TIMEOUT		60
 #define GW_WORKERS_MAX		256
 #define GW_DB_CHECK_MS		2000

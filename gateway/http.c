@@ -30,7 +30,9 @@ http_init(void)
 	if ((gw->http = evhttp_new(gw->base)) == NULL)
 		fatalx("evhttp_new");
 	evhttp_set_max_headers_size(gw->http, GW_HEADERS_MAX);
-	evhttp_set_max_body_size(gw->http, GW_BODY_MAX);
+	/* The largest upload, with room for its multipart framing. */
+	evhttp_set_max_body_size(gw->http,
+	    gw->env->conf->max_upload_bytes + GW_BODY_SLACK);
 	evhttp_set_timeout(gw->http, GW_HTTP_TIMEOUT);
 	evhttp_set_allowed_methods(gw->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST |
 	    EVHTTP_REQ_PUT | EVHTTP_REQ_PATCH | EVHTTP_REQ_DELETE |

@@ -13,21 +13,22 @@
  * curl_multi_socket_action has returned.
  *
  * Timeouts: CURLOPT_CONNECTTIMEOUT for connecting, a timer of our own
- * for a stall (see stall_ev), and CURLOPT_TIMEOUT_MS set on each attempt
+ * for a stall (see lm_stall_ev), and CURLOPT_TIMEOUT_MS set on each attempt
  * to what is left of timeout_s, so the whole call, retries and waits
  * included, is bounded by timeout_s.
+ *
+ * lm.c has the API, the calls and their attempts; lm_curl.c the multi
+ * handle's sockets and timers and the stall timer; lm_parse.c what an
+ * attempt gets back.
  */
 #include <sys/queue.h>
 #include <sys/types.h>
 
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
-#include <bsd/string.h>
 #include <curl/curl.h>
 #include <event2/event.h>
 #include <jansson.h>
@@ -36,152 +37,28 @@
 #include "lib/sse.h"
 #include "lib/util.h"
 #include "turnworker/lm.h"
-
-#define LM_MAX_RESPONSE	(8 * 1024 * 1024)	/* answer text, plain body */
-#define LM_MAX_LINE	(1024 * 1024)		/* SSE line and event */
-#define LM_MAX_HEADERS	(64 * 1024)		/* response headers */
-#define LM_MAX_ERRBODY	(64 * 1024)		/* kept of an error body */
-#define LM_MAX_WAIT_MS	60000			/* Retry-After we honour */
-#define LM_EXCERPT	300			/* provider message in detail */
-
-enum body_mode {
-	BODY_UNKNOWN,
-	BODY_SSE,
-	BODY_PLAIN
-};
-
-enum call_state {
-	CALL_START,
-	CALL_RUNNING,
-	CALL_WAIT,
-	CALL_DONE,
-	CALL_DELIVER
-};
-
-struct buf {
-	char		*p;
-	size_t		 len;
-	size_t		 cap;
-};
-
-struct lm_sock {
-	TAILQ_ENTRY(lm_sock)	 s_entry;
-	struct lm		*s_lm;
-	struct event		*s_ev;
-};
-
-struct lm {
-	struct event_base	*base;
-	CURLM			*multi;
-	struct event		*timer;
-	char			*url;
-	char			*key;
-	struct curl_slist	*hdr_stream;
-	struct curl_slist	*hdr_plain;
-	int			 connect_ms;
-	int			 timeout_ms;
-	int			 stall_s;
-	int			 max_attempts;
-	size_t			 max_response;
-	TAILQ_HEAD(, lm_call)	 calls;
-	TAILQ_HEAD(, lm_sock)	 socks;
-	int			 in_curl;	/* inside socket_action */
-	int			 ncancelled;	/* marked while in_curl */
-	int			 dying;		/* lm_free while in_curl */
-};
-
-struct lm_call {
-	TAILQ_ENTRY(lm_call)	 c_entry;
-	struct lm		*lm;
-	CURL			*easy;
-	struct event		*ev;
-	struct event		*stall;
-	enum call_state		 state;
-	int			 cancelled;
-	char			*body;
-	size_t			 bodylen;
-	int			 stream;
-	void			(*on_delta)(const char *, size_t, void *);
-	void			(*on_done)(struct lm_result *, void *);
-	void			*arg;
-	int64_t			 deadline;
-
-	/* One attempt. */
-	struct sse		 sse;
-	struct buf		 raw;		/* a plain or error body */
-	size_t			 hdrbytes;
-	size_t			 bodybytes;	/* of a 2xx body */
-	int			 status;
-	int			 ctype_sse;
-	int			 ctype_json;
-	enum body_mode		 mode;
-	int			 done_seen;	/* data: [DONE] */
-	int			 at_eof;
-	int			 connected;
-	curl_off_t		 ulnow;
-	double			 retry_ms;	/* from headers; < 0: none */
-	int			 should_retry;	/* x-should-retry; -1: none */
-	enum lm_error		 fail;		/* set to abort the transfer */
-	char			 reqid[64];
-	char			 errbuf[CURL_ERROR_SIZE];
-
-	struct buf		 text;
-	struct lm_result	 res;
-};
+#include "turnworker/lm_int.h"
 
 static int		 lm_curl_ready;
 
-static void		 lm_destroy(struct lm *);
-static void		 lm_action(struct lm *, curl_socket_t, int);
-static void		 lm_reap(struct lm *);
-static void		 lm_check(struct lm *);
-static int		 lm_sock_cb(CURL *, curl_socket_t, int, void *, void *);
-static void		 lm_sock_ev(evutil_socket_t, short, void *);
-static int		 lm_timer_cb(CURLM *, long, void *);
-static void		 lm_timer_ev(evutil_socket_t, short, void *);
 static struct curl_slist *lm_headers(const char *, int);
 static void		 lm_headers_free(struct curl_slist *);
 
 static char		*call_body(const struct lm_request *, size_t *);
 static void		 call_ev(evutil_socket_t, short, void *);
-static void		 call_free(struct lm_call *);
 static void		 call_deliver(struct lm_call *);
-static void		 call_finish(struct lm_call *, enum lm_error);
-static void		 call_detail(struct lm_call *, const char *, ...)
-			    __attribute__((format(printf, 2, 3)));
-static int		 call_fail(struct lm_call *, enum lm_error,
-			    const char *, ...)
-			    __attribute__((format(printf, 3, 4)));
 
 static void		 attempt_start(struct lm_call *);
 static void		 attempt_reset(struct lm_call *);
-static void		 attempt_end(struct lm_call *);
-static void		 attempt_done(struct lm_call *, CURLcode);
 static void		 attempt_ok(struct lm_call *);
 static void		 attempt_status(struct lm_call *);
 static void		 attempt_curl(struct lm_call *, CURLcode);
 static void		 attempt_retry(struct lm_call *, enum lm_error, int);
 static int64_t		 retry_wait_ms(struct lm_call *);
-
-static void		 stall_ev(evutil_socket_t, short, void *);
-static void		 stall_reset(struct lm_call *);
-static int		 prereq_cb(void *, char *, char *, int, int);
-static int		 xferinfo_cb(void *, curl_off_t, curl_off_t, curl_off_t,
-			    curl_off_t);
-static size_t		 header_cb(char *, size_t, size_t, void *);
-static size_t		 write_cb(char *, size_t, size_t, void *);
-static int		 sse_event(const char *, const char *, size_t, void *);
-static int		 chunk_apply(struct lm_call *, json_t *);
-static int		 content_add(struct lm_call *, json_t *);
-static int		 text_add(struct lm_call *, const char *, size_t);
-static void		 usage_parse(json_t *, struct lm_usage *);
-static void		 body_parse(struct lm_call *);
-static const char	*error_message(json_t *, char *, size_t);
 static enum lm_error	 status_error(int);
 static int		 status_retryable(int);
 static int		 curl_retryable(CURLcode);
 
-static void		 buf_add(struct buf *, const char *, size_t);
 static void		 sanitize(char *, const char *);
 
 struct lm *
@@ -244,7 +121,7 @@ lm_free(struct lm *lm)
 	lm_destroy(lm);
 }
 
-static void
+void
 lm_destroy(struct lm *lm)
 {
 	struct lm_call	*call;
@@ -257,7 +134,7 @@ lm_destroy(struct lm *lm)
 			call->lm = NULL;
 			call->cancelled = 1;
 		} else
-			call_free(call);
+			lm_call_free(call);
 	}
 	TAILQ_FOREACH(s, &lm->socks, s_entry)
 		event_del(s->s_ev);
@@ -294,16 +171,16 @@ lm_call(struct lm *lm, const struct lm_request *req)
 	call->on_done = req->on_done;
 	call->arg = req->arg;
 	call->deadline = now_ms() + lm->timeout_ms;
-	sse_init(&call->sse, LM_MAX_LINE, sse_event, call);
+	sse_init(&call->sse, LM_MAX_LINE, lm_sse_event, call);
 	if ((call->ev = evtimer_new(lm->base, call_ev, call)) == NULL ||
-	    (call->stall = evtimer_new(lm->base, stall_ev, call)) == NULL)
+	    (call->stall = evtimer_new(lm->base, lm_stall_ev, call)) == NULL)
 		fatalx("%s: evtimer_new", __func__);
 	TAILQ_INSERT_TAIL(&lm->calls, call, c_entry);
 
 	if ((call->body = call_body(req, &call->bodylen)) == NULL) {
-		call_detail(call, "request: messages is not a JSON array, "
+		lm_call_detail(call, "request: messages is not a JSON array, "
 		    "or no model");
-		call_finish(call, LM_ERR_BAD_REQUEST);
+		lm_call_finish(call, LM_ERR_BAD_REQUEST);
 	} else {
 		call->state = CALL_START;
 		timer_add_ms(call->ev, 0);
@@ -329,7 +206,7 @@ lm_cancel(struct lm_call *call)
 		lm->ncancelled++;
 		return;
 	}
-	call_free(call);
+	lm_call_free(call);
 }
 
 const char *
@@ -369,127 +246,6 @@ lm_error_name(enum lm_error e)
 		return ("cancelled");
 	}
 	return ("unknown");
-}
-
-/* The multi handle, the hiperfifo way. */
-
-static void
-lm_action(struct lm *lm, curl_socket_t fd, int what)
-{
-	int	 running;
-
-	lm->in_curl++;
-	curl_multi_socket_action(lm->multi, fd, what, &running);
-	lm->in_curl--;
-	if (lm->dying) {
-		lm_destroy(lm);
-		return;
-	}
-	if (lm->ncancelled > 0)
-		lm_reap(lm);
-	lm_check(lm);
-}
-
-static void
-lm_reap(struct lm *lm)
-{
-	struct lm_call	*call, *next;
-
-	for (call = TAILQ_FIRST(&lm->calls); call != NULL; call = next) {
-		next = TAILQ_NEXT(call, c_entry);
-		if (call->cancelled && call->state != CALL_DELIVER)
-			call_free(call);
-	}
-	lm->ncancelled = 0;
-}
-
-static void
-lm_check(struct lm *lm)
-{
-	struct lm_call	*call;
-	CURLMsg		*msg;
-	CURLcode	 rc;
-	char		*p;
-	int		 left;
-
-	while ((msg = curl_multi_info_read(lm->multi, &left)) != NULL) {
-		if (msg->msg != CURLMSG_DONE)
-			continue;
-		rc = msg->data.result;
-		curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &p);
-		call = (struct lm_call *)p;
-		attempt_end(call);
-		attempt_done(call, rc);
-	}
-}
-
-static int
-lm_sock_cb(CURL *easy, curl_socket_t fd, int what, void *arg, void *sockp)
-{
-	struct lm	*lm = arg;
-	struct lm_sock	*s = sockp;
-	short		 kind;
-
-	(void)easy;
-	if (what == CURL_POLL_REMOVE) {
-		if (s != NULL) {
-			TAILQ_REMOVE(&lm->socks, s, s_entry);
-			event_free(s->s_ev);
-			free(s);
-		}
-		return (0);
-	}
-	if (s == NULL) {
-		s = xcalloc(1, sizeof(*s));
-		s->s_lm = lm;
-		if ((s->s_ev = event_new(lm->base, -1, 0, NULL, NULL)) == NULL)
-			fatalx("%s: event_new", __func__);
-		TAILQ_INSERT_TAIL(&lm->socks, s, s_entry);
-		curl_multi_assign(lm->multi, fd, s);
-	}
-	kind = EV_PERSIST;
-	if (what & CURL_POLL_IN)
-		kind |= EV_READ;
-	if (what & CURL_POLL_OUT)
-		kind |= EV_WRITE;
-	event_del(s->s_ev);
-	event_assign(s->s_ev, lm->base, fd, kind, lm_sock_ev, s);
-	event_add(s->s_ev, NULL);
-	return (0);
-}
-
-static void
-lm_sock_ev(evutil_socket_t fd, short kind, void *arg)
-{
-	struct lm_sock	*s = arg;
-	int		 what = 0;
-
-	if (kind & EV_READ)
-		what |= CURL_CSELECT_IN;
-	if (kind & EV_WRITE)
-		what |= CURL_CSELECT_OUT;
-	lm_action(s->s_lm, fd, what);
-}
-
-static int
-lm_timer_cb(CURLM *multi, long ms, void *arg)
-{
-	struct lm	*lm = arg;
-
-	(void)multi;
-	if (ms < 0)
-		evtimer_del(lm->timer);
-	else
-		timer_add_ms(lm->timer, ms);
-	return (0);
-}
-
-static void
-lm_timer_ev(evutil_socket_t fd, short kind, void *arg)
-{
-	(void)fd;
-	(void)kind;
-	lm_action(arg, CURL_SOCKET_TIMEOUT, 0);
 }
 
 static struct curl_slist *
@@ -584,12 +340,12 @@ call_ev(evutil_socket_t fd, short kind, void *arg)
 }
 
 /* Unlink and free a call that is not being delivered. */
-static void
-call_free(struct lm_call *call)
+void
+lm_call_free(struct lm_call *call)
 {
 	if (call->lm != NULL)
 		TAILQ_REMOVE(&call->lm->calls, call, c_entry);
-	attempt_end(call);
+	lm_attempt_end(call);
 	event_free(call->ev);
 	event_free(call->stall);
 	sse_clear(&call->sse);
@@ -611,11 +367,11 @@ call_deliver(struct lm_call *call)
 		call->on_delta(call->res.text, call->res.len, call->arg);
 	if (!call->cancelled && call->on_done != NULL)
 		call->on_done(&call->res, call->arg);
-	call_free(call);
+	lm_call_free(call);
 }
 
-static void
-call_finish(struct lm_call *call, enum lm_error e)
+void
+lm_call_finish(struct lm_call *call, enum lm_error e)
 {
 	call->res.error = e;
 	if (call->text.p == NULL)
@@ -631,8 +387,8 @@ call_finish(struct lm_call *call, enum lm_error e)
 	timer_add_ms(call->ev, 0);
 }
 
-static void
-call_detail(struct lm_call *call, const char *fmt, ...)
+void
+lm_call_detail(struct lm_call *call, const char *fmt, ...)
 {
 	va_list	 ap;
 
@@ -643,8 +399,8 @@ call_detail(struct lm_call *call, const char *fmt, ...)
 }
 
 /* Abort the transfer from a curl callback; returns -1. */
-static int
-call_fail(struct lm_call *call, enum lm_error e, const char *fmt, ...)
+int
+lm_call_fail(struct lm_call *call, enum lm_error e, const char *fmt, ...)
 {
 	va_list	 ap;
 
@@ -669,9 +425,9 @@ attempt_start(struct lm_call *call)
 
 	attempt_reset(call);
 	if ((left = call->deadline - now_ms()) <= 0) {
-		call_detail(call, "timed out after %d s (whole call)",
+		lm_call_detail(call, "timed out after %d s (whole call)",
 		    lm->timeout_ms / 1000);
-		call_finish(call, LM_ERR_TIMEOUT);
+		lm_call_finish(call, LM_ERR_TIMEOUT);
 		return;
 	}
 	call->res.attempts++;
@@ -687,17 +443,17 @@ attempt_start(struct lm_call *call)
 	curl_easy_setopt(e, CURLOPT_HTTPHEADER,
 	    call->stream ? lm->hdr_stream : lm->hdr_plain);
 	curl_easy_setopt(e, CURLOPT_USERAGENT, "fleet/" FLEET_VERSION);
-	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, header_cb);
+	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, lm_header_cb);
 	curl_easy_setopt(e, CURLOPT_HEADERDATA, call);
-	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, write_cb);
+	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, lm_write_cb);
 	curl_easy_setopt(e, CURLOPT_WRITEDATA, call);
 	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, call->errbuf);
 	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)lm->connect_ms);
 	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)left);
-	curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, prereq_cb);
+	curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, lm_prereq_cb);
 	curl_easy_setopt(e, CURLOPT_PREREQDATA, call);
 	curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
-	curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, xferinfo_cb);
+	curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, lm_xferinfo_cb);
 	curl_easy_setopt(e, CURLOPT_XFERINFODATA, call);
 	curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
 	call->easy = e;
@@ -727,8 +483,8 @@ attempt_reset(struct lm_call *call)
 }
 
 /* Take the easy handle out of the multi, keeping what we need of it. */
-static void
-attempt_end(struct lm_call *call)
+void
+lm_attempt_end(struct lm_call *call)
 {
 	evtimer_del(call->stall);
 	if (call->easy == NULL)
@@ -738,18 +494,18 @@ attempt_end(struct lm_call *call)
 	call->easy = NULL;
 }
 
-static void
-attempt_done(struct lm_call *call, CURLcode rc)
+void
+lm_attempt_done(struct lm_call *call, CURLcode rc)
 {
 	int	 ok2xx = call->status >= 200 && call->status <= 299;
 
 	call->res.http_status = call->status;
 	if (call->cancelled) {
-		call_free(call);
+		lm_call_free(call);
 		return;
 	}
 	if (call->fail != LM_OK)
-		call_finish(call, call->fail);
+		lm_call_finish(call, call->fail);
 	else if (call->status != 0 && !ok2xx)
 		attempt_status(call);
 	else if (rc == CURLE_OK)
@@ -765,19 +521,19 @@ attempt_ok(struct lm_call *call)
 	if (call->mode == BODY_UNKNOWN)
 		call->mode = call->stream ? BODY_SSE : BODY_PLAIN;
 	if (call->mode == BODY_PLAIN) {
-		body_parse(call);
+		lm_body_parse(call);
 		return;
 	}
 	call->at_eof = 1;
 	sse_finish(&call->sse);
 	if (call->fail != LM_OK)
-		call_finish(call, call->fail);
+		lm_call_finish(call, call->fail);
 	else if (!call->done_seen && call->res.finish_reason[0] == '\0') {
-		call_detail(call, "stream ended after %zu bytes without a "
+		lm_call_detail(call, "stream ended after %zu bytes without a "
 		    "finish_reason or [DONE]", call->bodybytes);
-		call_finish(call, LM_ERR_CUT);
+		lm_call_finish(call, LM_ERR_CUT);
 	} else
-		call_finish(call, LM_OK);
+		lm_call_finish(call, LM_OK);
 }
 
 /* An HTTP error status, whatever its body. */
@@ -792,14 +548,14 @@ attempt_status(struct lm_call *call)
 	code[0] = '\0';
 	if (call->raw.len > 0 &&
 	    (o = json_loadb(call->raw.p, call->raw.len, 0, NULL)) != NULL) {
-		msg = error_message(o, code, sizeof(code));
-		call_detail(call, "HTTP %d%s%s%s%s: %.*s", call->status,
+		msg = lm_provider_message(o, code, sizeof(code));
+		lm_call_detail(call, "HTTP %d%s%s%s%s: %.*s", call->status,
 		    code[0] != '\0' ? " " : "", code,
 		    call->reqid[0] != '\0' ? " request " : "", call->reqid,
 		    LM_EXCERPT, msg != NULL ? msg : "(no message)");
 		json_decref(o);
 	} else
-		call_detail(call, "HTTP %d%s%s: %.*s", call->status,
+		lm_call_detail(call, "HTTP %d%s%s: %.*s", call->status,
 		    call->reqid[0] != '\0' ? " request " : "", call->reqid,
 		    (int)(call->raw.len < LM_EXCERPT ? call->raw.len :
 		    LM_EXCERPT), call->raw.len > 0 ? call->raw.p : "");
@@ -819,25 +575,25 @@ attempt_curl(struct lm_call *call, CURLcode rc)
 	why = call->errbuf[0] != '\0' ? call->errbuf : curl_easy_strerror(rc);
 	if (rc == CURLE_OPERATION_TIMEDOUT) {
 		if (now_ms() >= call->deadline - 5) {
-			call_detail(call, "timed out after %d s (whole call)",
+			lm_call_detail(call, "timed out after %d s (whole call)",
 			    lm->timeout_ms / 1000);
-			call_finish(call, LM_ERR_TIMEOUT);
+			lm_call_finish(call, LM_ERR_TIMEOUT);
 		} else if (!call->connected) {
-			call_detail(call, "connect: %s", why);
+			lm_call_detail(call, "connect: %s", why);
 			attempt_retry(call, LM_ERR_TIMEOUT, 1);
 		} else {
-			call_detail(call, "%s", why);
-			call_finish(call, LM_ERR_TIMEOUT);
+			lm_call_detail(call, "%s", why);
+			lm_call_finish(call, LM_ERR_TIMEOUT);
 		}
 		return;
 	}
 	if (call->bodybytes > 0) {
-		call_detail(call, "stream cut after %zu bytes: %s",
+		lm_call_detail(call, "stream cut after %zu bytes: %s",
 		    call->bodybytes, why);
-		call_finish(call, LM_ERR_CUT);
+		lm_call_finish(call, LM_ERR_CUT);
 		return;
 	}
-	call_detail(call, "%s", why);
+	lm_call_detail(call, "%s", why);
 	attempt_retry(call, LM_ERR_NETWORK, curl_retryable(rc));
 }
 
@@ -858,7 +614,7 @@ attempt_retry(struct lm_call *call, enum lm_error e, int retry)
 			return;
 		}
 	}
-	call_finish(call, e);
+	lm_call_finish(call, e);
 }
 
 /* Retry-After as asked for, else min(0.5 s * 2^n, 8 s) less jitter. */
@@ -875,358 +631,6 @@ retry_wait_ms(struct lm_call *call)
 	ms = n >= 4 ? 8000 : 500.0 * (1 << n);
 	ms *= 1 - (arc4random() / (double)UINT32_MAX) * 0.25;
 	return ((int64_t)ms);
-}
-
-/*
- * No byte in either direction for stall_timeout_s once connected.  Our
- * own timer, as CURLOPT_LOW_SPEED_TIME averages over a window of several
- * seconds, in which the request body alone keeps a limit of 1 B/s met.
- */
-static void
-stall_ev(evutil_socket_t fd, short kind, void *arg)
-{
-	struct lm_call	*call = arg;
-
-	(void)fd;
-	(void)kind;
-	if (call->state != CALL_RUNNING || call->easy == NULL)
-		return;
-	call_fail(call, LM_ERR_TIMEOUT, "stalled: no data for %d s%s",
-	    call->lm->stall_s, call->bodybytes > 0 ? " in the stream" : "");
-	attempt_end(call);
-	attempt_done(call, CURLE_OPERATION_TIMEDOUT);
-}
-
-static void
-stall_reset(struct lm_call *call)
-{
-	timer_add_ms(call->stall, (int64_t)call->lm->stall_s * 1000);
-}
-
-/* Callbacks from curl, which is on the stack. */
-
-/* Connected; the request is about to be sent. */
-static int
-prereq_cb(void *arg, char *ip, char *lip, int port, int lport)
-{
-	struct lm_call	*call = arg;
-
-	(void)ip;
-	(void)lip;
-	(void)port;
-	(void)lport;
-	call->connected = 1;
-	stall_reset(call);
-	return (CURL_PREREQFUNC_OK);
-}
-
-static int
-xferinfo_cb(void *arg, curl_off_t dltotal, curl_off_t dlnow,
-    curl_off_t ultotal, curl_off_t ulnow)
-{
-	struct lm_call	*call = arg;
-
-	(void)dltotal;
-	(void)dlnow;
-	(void)ultotal;
-	if (call->cancelled || call->lm->dying)
-		return (1);
-	if (ulnow != call->ulnow) {
-		call->ulnow = ulnow;
-		stall_reset(call);
-	}
-	return (0);
-}
-
-static size_t
-header_cb(char *p, size_t size, size_t nmemb, void *arg)
-{
-	struct lm_call	*call = arg;
-	size_t		 n = size * nmemb, len = n, vlen;
-	const char	*v;
-	char		 tmp[64], *end;
-	double		 d;
-
-	if (call->cancelled || call->lm->dying)
-		return (0);
-	stall_reset(call);
-	if ((call->hdrbytes += n) > LM_MAX_HEADERS) {
-		call_fail(call, LM_ERR_PROTOCOL, "response headers over %d "
-		    "bytes", LM_MAX_HEADERS);
-		return (0);
-	}
-	while (len > 0 && (p[len - 1] == '\n' || p[len - 1] == '\r'))
-		len--;
-	if (len > 5 && strncmp(p, "HTTP/", 5) == 0) {
-		/* A new response (after a 1xx): forget the last one. */
-		call->status = 0;
-		call->ctype_sse = call->ctype_json = 0;
-		call->retry_ms = -1;
-		call->should_retry = -1;
-		call->reqid[0] = '\0';
-		if ((v = memchr(p, ' ', len)) != NULL)
-			call->status = (int)strtol(v + 1, NULL, 10);
-		return (n);
-	}
-	if ((v = memchr(p, ':', len)) == NULL)
-		return (n);
-	vlen = len - (v + 1 - p);
-	for (v++; vlen > 0 && (*v == ' ' || *v == '\t'); v++)
-		vlen--;
-	if (vlen >= sizeof(tmp))
-		vlen = sizeof(tmp) - 1;
-	memcpy(tmp, v, vlen);
-	tmp[vlen] = '\0';
-
-#define HDR(name)	(strncasecmp(p, name ":", sizeof(name)) == 0)
-	if (HDR("content-type")) {
-		call->ctype_sse = strcasestr(tmp, "text/event-stream") != NULL;
-		call->ctype_json = strcasestr(tmp, "json") != NULL;
-	} else if (HDR("retry-after-ms")) {
-		d = strtod(tmp, &end);
-		if (end != tmp && isfinite(d) && d >= 0)
-			call->retry_ms = d;
-	} else if (HDR("retry-after") && call->retry_ms < 0) {
-		d = strtod(tmp, &end);
-		if (end != tmp && *end == '\0' && isfinite(d) && d >= 0)
-			call->retry_ms = d * 1000;
-	} else if (HDR("x-should-retry")) {
-		if (strcasecmp(tmp, "true") == 0)
-			call->should_retry = 1;
-		else if (strcasecmp(tmp, "false") == 0)
-			call->should_retry = 0;
-	} else if (HDR("x-request-id"))
-		strlcpy(call->reqid, tmp, sizeof(call->reqid));
-#undef HDR
-	return (n);
-}
-
-static size_t
-write_cb(char *p, size_t size, size_t nmemb, void *arg)
-{
-	struct lm_call	*call = arg;
-	size_t		 n = size * nmemb, keep;
-	long		 status;
-
-	if (call->cancelled || call->lm->dying || call->fail != LM_OK)
-		return (0);
-	stall_reset(call);
-	if (call->status == 0 && curl_easy_getinfo(call->easy,
-	    CURLINFO_RESPONSE_CODE, &status) == CURLE_OK)
-		call->status = (int)status;
-	if (call->status < 200 || call->status > 299) {
-		keep = LM_MAX_ERRBODY - call->raw.len;
-		buf_add(&call->raw, p, n < keep ? n : keep);
-		return (n);
-	}
-	if (call->mode == BODY_UNKNOWN)
-		call->mode = call->ctype_sse ||
-		    (call->stream && !call->ctype_json) ? BODY_SSE : BODY_PLAIN;
-	call->bodybytes += n;
-	if (call->mode == BODY_SSE) {
-		if (sse_feed(&call->sse, p, n) == SSE_TOOLONG)
-			call_fail(call, LM_ERR_PROTOCOL, "stream line or event "
-			    "over %d bytes", LM_MAX_LINE);
-		if (call->fail != LM_OK || call->cancelled || call->lm->dying)
-			return (0);
-		return (n);
-	}
-	if (n > call->lm->max_response - call->raw.len) {
-		call_fail(call, LM_ERR_PROTOCOL, "response too large (over "
-		    "%zu bytes)", call->lm->max_response);
-		return (0);
-	}
-	buf_add(&call->raw, p, n);
-	return (n);
-}
-
-static int
-sse_event(const char *event, const char *data, size_t len, void *arg)
-{
-	struct lm_call	*call = arg;
-	json_t		*o, *err;
-	json_error_t	 je;
-	const char	*msg;
-	char		 code[64];
-	int		 rc;
-
-	if (call->done_seen || len == 0)
-		return (0);
-	if (len == 6 && memcmp(data, "[DONE]", 6) == 0) {
-		call->done_seen = 1;
-		return (0);
-	}
-	if ((o = json_loadb(data, len, 0, &je)) == NULL) {
-		if (call->at_eof)
-			return (call_fail(call, LM_ERR_CUT, "stream ended "
-			    "inside an event"));
-		return (call_fail(call, LM_ERR_PROTOCOL, "bad stream event: "
-		    "%s", je.text));
-	}
-	err = json_object_get(o, "error");
-	if (strcmp(event, "error") == 0 ||
-	    (err != NULL && !json_is_null(err))) {
-		code[0] = '\0';
-		msg = error_message(o, code, sizeof(code));
-		call_fail(call, LM_ERR_PROTOCOL, "error in stream%s%s: %.*s",
-		    code[0] != '\0' ? " " : "", code, LM_EXCERPT,
-		    msg != NULL ? msg : "(no message)");
-		json_decref(o);
-		return (-1);
-	}
-	rc = chunk_apply(call, o);
-	json_decref(o);
-	return (rc);
-}
-
-static int
-chunk_apply(struct lm_call *call, json_t *o)
-{
-	json_t		*choice, *fr, *u;
-
-	choice = json_array_get(json_object_get(o, "choices"), 0);
-	if (content_add(call, json_object_get(json_object_get(choice,
-	    "delta"), "content")) == -1)
-		return (-1);
-	if (json_is_string(fr = json_object_get(choice, "finish_reason")))
-		strlcpy(call->res.finish_reason, json_string_value(fr),
-		    sizeof(call->res.finish_reason));
-	if (!json_is_object(u = json_object_get(o, "usage")))
-		u = json_object_get(choice, "usage");
-	usage_parse(u, &call->res.usage);
-	return (0);
-}
-
-/* A content string, or an array of parts whose "text" we take. */
-static int
-content_add(struct lm_call *call, json_t *c)
-{
-	json_t	*part, *t;
-	size_t	 i;
-
-	if (json_is_string(c))
-		return (text_add(call, json_string_value(c),
-		    json_string_length(c)));
-	json_array_foreach(c, i, part) {
-		if (json_is_string(part))
-			t = part;
-		else
-			t = json_object_get(part, "text");
-		if (json_is_string(t) && text_add(call, json_string_value(t),
-		    json_string_length(t)) == -1)
-			return (-1);
-	}
-	return (0);
-}
-
-static int
-text_add(struct lm_call *call, const char *s, size_t n)
-{
-	if (n == 0)
-		return (0);
-	if (n > call->lm->max_response - call->text.len)
-		return (call_fail(call, LM_ERR_PROTOCOL, "response too large "
-		    "(over %zu bytes)", call->lm->max_response));
-	buf_add(&call->text, s, n);
-	if (call->mode == BODY_SSE && call->on_delta != NULL) {
-		call->on_delta(s, n, call->arg);
-		if (call->cancelled || call->lm->dying)
-			return (-1);
-	}
-	return (0);
-}
-
-/* Keep the last usage seen (Databricks repeats it in every chunk). */
-static void
-usage_parse(json_t *u, struct lm_usage *usage)
-{
-	if (!json_is_object(u))
-		return;
-	usage->prompt_tokens =
-	    json_integer_value(json_object_get(u, "prompt_tokens"));
-	usage->completion_tokens =
-	    json_integer_value(json_object_get(u, "completion_tokens"));
-	usage->total_tokens =
-	    json_integer_value(json_object_get(u, "total_tokens"));
-	if (usage->total_tokens == 0)
-		usage->total_tokens = usage->prompt_tokens +
-		    usage->completion_tokens;
-}
-
-/* A plain 2xx chat.completion body. */
-static void
-body_parse(struct lm_call *call)
-{
-	json_t		*o, *choice, *err, *fr;
-	json_error_t	 je;
-	const char	*msg;
-	char		 code[64];
-
-	if (call->raw.len == 0) {
-		call_detail(call, "HTTP %d with an empty body", call->status);
-		call_finish(call, LM_ERR_PROTOCOL);
-		return;
-	}
-	if ((o = json_loadb(call->raw.p, call->raw.len, 0, &je)) == NULL) {
-		call_detail(call, "HTTP %d: unparsable body: %s", call->status,
-		    je.text);
-		call_finish(call, LM_ERR_PROTOCOL);
-		return;
-	}
-	if ((err = json_object_get(o, "error")) != NULL && !json_is_null(err)) {
-		code[0] = '\0';
-		msg = error_message(o, code, sizeof(code));
-		call_detail(call, "HTTP %d with an error%s%s: %.*s",
-		    call->status, code[0] != '\0' ? " " : "", code,
-		    LM_EXCERPT, msg != NULL ? msg : "(no message)");
-		json_decref(o);
-		call_finish(call, LM_ERR_PROTOCOL);
-		return;
-	}
-	choice = json_array_get(json_object_get(o, "choices"), 0);
-	if (!json_is_object(choice)) {
-		json_decref(o);
-		call_detail(call, "HTTP %d: no choices in the body",
-		    call->status);
-		call_finish(call, LM_ERR_PROTOCOL);
-		return;
-	}
-	content_add(call, json_object_get(json_object_get(choice, "message"),
-	    "content"));
-	if (json_is_string(fr = json_object_get(choice, "finish_reason")))
-		strlcpy(call->res.finish_reason, json_string_value(fr),
-		    sizeof(call->res.finish_reason));
-	usage_parse(json_object_get(o, "usage"), &call->res.usage);
-	json_decref(o);
-	call_finish(call, call->fail);
-}
-
-/*
- * The message of an error body in any of the dialects: OpenAI, vLLM,
- * llama.cpp, Ollama and OpenRouter {"error":{"message","code"}}, old vLLM
- * {"object":"error","message"}, Databricks {"error_code","message"}, or
- * {"error":"text"}.  The code, if any, goes to code.
- */
-static const char *
-error_message(json_t *o, char *code, size_t codesz)
-{
-	json_t	*err, *m, *c;
-
-	err = json_object_get(o, "error");
-	if (json_is_string(err))
-		return (json_string_value(err));
-	if (!json_is_object(err))
-		err = o;
-	c = json_object_get(err, "code");
-	if (c == NULL)
-		c = json_object_get(o, "error_code");
-	if (json_is_string(c))
-		snprintf(code, codesz, "%s", json_string_value(c));
-	else if (json_is_integer(c))
-		snprintf(code, codesz, "%lld",
-		    (long long)json_integer_value(c));
-	m = json_object_get(err, "message");
-	return (json_is_string(m) ? json_string_value(m) : NULL);
 }
 
 static enum lm_error
@@ -1270,23 +674,6 @@ curl_retryable(CURLcode rc)
 	default:
 		return (0);
 	}
-}
-
-static void
-buf_add(struct buf *b, const char *p, size_t n)
-{
-	size_t	 want;
-
-	if (b->len + n + 1 > b->cap) {
-		want = b->cap > 0 ? b->cap : 1024;
-		while (want < b->len + n + 1)
-			want *= 2;
-		b->p = xreallocarray(b->p, want, 1);
-		b->cap = want;
-	}
-	memcpy(b->p + b->len, p, n);
-	b->len += n;
-	b->p[b->len] = '\0';
 }
 
 /* Detail strings go to logs: one line, and never the key. */
