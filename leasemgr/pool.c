@@ -207,7 +207,8 @@ slot_booted(struct slot *s, const char *failure)
 	const char	*p[3];
 	char		 ref[32];
 
-	event_del(s->ev_out);
+	if (s->ev_out != NULL)
+		event_del(s->ev_out);
 	evtimer_del(s->ev_boot);
 	if (failure != NULL) {
 		char	 why[1024] = "";
@@ -307,7 +308,10 @@ slot_spawn(struct slot *s)
 	char			 err[512], *vol = NULL, capenv[64];
 	const char		*env[2];
 
+	/* Its row exists now: from here on it is a sandbox like any. */
+	s->state = SLOT_BOOTING;
 	if (s->doomed) {
+		s->doomed = 0;
 		slot_destroy(s, "no longer needed");
 		pool_kick();
 		return;
@@ -334,7 +338,6 @@ slot_spawn(struct slot *s)
 	env[0] = capenv;
 	env[1] = NULL;
 	spec.env = env;
-	s->state = SLOT_BOOTING;
 	s->boot_start = now_ms();
 	if (sandbox_local_spawn(&spec, &s->sb, err, sizeof(err)) == -1) {
 		free(vol);
@@ -363,6 +366,7 @@ slot_recorded(PGresult *res, const struct db_err *e, void *arg)
 		log_warnx("sandbox %d: cannot record it: %s", s->index, e->msg);
 		pool.failed_total++;
 		s->state = SLOT_FREE;
+		s->doomed = 0;
 		s->id[0] = '\0';
 		if (s->lease != NULL) {
 			struct lease *l = s->lease;
@@ -460,9 +464,10 @@ lease_refuse(struct lease *l, const char *code, const char *message)
 	m.refuse.code = (char *)code;
 	m.refuse.message = (char *)message;
 	lease_send(l, &m);
-	/* The worker closes; until then the connection holds nothing. */
+	/* The worker closes, or the timer closes it: it holds nothing. */
 	l->state = LEASE_NEW;
 	evtimer_del(l->ev_timer);
+	timer_add_ms(l->ev_timer, HELLO_TIMEOUT_MS);
 	pool_stats();
 }
 
@@ -604,7 +609,9 @@ lease_acquire(struct lease *l, struct msg_acquire *a)
 	}
 	strlcpy(l->workspace, a->workspace, sizeof(l->workspace));
 	strlcpy(l->run, a->run, sizeof(l->run));
-	strlcpy(pool.warm_ws, a->workspace, sizeof(pool.warm_ws));
+	/* Warm kernels follow root Turns, not volume-less children. */
+	if (a->workspace[0] != '\0')
+		strlcpy(pool.warm_ws, a->workspace, sizeof(pool.warm_ws));
 	new_uuid(l->id);
 	l->waited_ms = now_ms();
 	l->state = LEASE_WAITING;

@@ -29,6 +29,8 @@ struct chan {
 	char			 peer[64];
 	struct event		*ev_read;
 	struct event		*ev_write;
+	struct event		*ev_die;	/* reports a failed send */
+	char			 why[128];
 	struct proto_reader	 reader;
 	TAILQ_HEAD(, chan_out)	 outq;
 	size_t			 queued;
@@ -43,6 +45,8 @@ struct chan {
 static void	chan_read(evutil_socket_t, short, void *);
 static void	chan_write(evutil_socket_t, short, void *);
 static void	chan_die(struct chan *, const char *);
+static void	chan_die_later(struct chan *, const char *);
+static void	chan_die_cb(evutil_socket_t, short, void *);
 static void	chan_destroy(struct chan *);
 static void	out_free(struct chan_out *);
 
@@ -64,7 +68,8 @@ chan_new(struct event_base *base, int fd, const char *peer, chan_msg_cb on_msg,
 	c->arg = arg;
 	c->ev_read = event_new(base, fd, EV_READ | EV_PERSIST, chan_read, c);
 	c->ev_write = event_new(base, fd, EV_WRITE, chan_write, c);
-	if (c->ev_read == NULL || c->ev_write == NULL)
+	c->ev_die = event_new(base, -1, 0, chan_die_cb, c);
+	if (c->ev_read == NULL || c->ev_write == NULL || c->ev_die == NULL)
 		fatalx("%s: event_new", __func__);
 	event_add(c->ev_read, NULL);
 	return c;
@@ -112,6 +117,7 @@ chan_destroy(struct chan *c)
 
 	event_free(c->ev_read);
 	event_free(c->ev_write);
+	event_free(c->ev_die);
 	while ((o = TAILQ_FIRST(&c->outq)) != NULL) {
 		TAILQ_REMOVE(&c->outq, o, entry);
 		out_free(o);
@@ -135,6 +141,36 @@ chan_free(struct chan *c)
 		return;
 	}
 	chan_destroy(c);
+}
+
+static void
+chan_die_cb(evutil_socket_t fd, short events, void *arg)
+{
+	struct chan	*c = arg;
+
+	(void)fd;
+	(void)events;
+	c->dispatching = 1;
+	c->on_close(c, c->why, c->arg);
+	c->dispatching = 0;
+	if (c->freed)
+		chan_destroy(c);
+}
+
+/*
+ * A send failed: the channel is dead from now on, but the owner hears
+ * of it from the event loop, never from inside its own chan_send().
+ */
+static void
+chan_die_later(struct chan *c, const char *why)
+{
+	if (c->dead)
+		return;
+	c->dead = 1;
+	strlcpy(c->why, why, sizeof(c->why));
+	event_del(c->ev_read);
+	event_del(c->ev_write);
+	event_active(c->ev_die, 0, 0);
 }
 
 /* The channel is finished: stop its events and tell the owner once. */
@@ -208,7 +244,8 @@ chan_flush(struct chan *c)
  * Queue m for sending.  The channel takes ownership of the descriptors
  * in m (they are closed once sent, or when the channel dies) but not of
  * its other fields.  Returns -1 when the channel is dead or m does not
- * encode; the latter is a bug and is logged.
+ * encode; the latter is a bug and is logged.  A failure to send is
+ * reported to the owner later, from the event loop.
  */
 int
 chan_send(struct chan *c, struct msg *m)
@@ -231,13 +268,13 @@ chan_send(struct chan *c, struct msg *m)
 		log_warnx("%s: peer is not reading (%zu bytes queued); "
 		    "dropping it", c->peer, c->queued);
 		out_free(o);
-		chan_die(c, "peer not reading");
+		chan_die_later(c, "peer not reading");
 		return -1;
 	}
 	TAILQ_INSERT_TAIL(&c->outq, o, entry);
 	c->queued += o->len;
 	if (TAILQ_FIRST(&c->outq) == o && chan_flush(c) == -1) {
-		chan_die(c, strerror(errno));
+		chan_die_later(c, strerror(errno));
 		return -1;
 	}
 	return 0;
