@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <bsd/stdlib.h>
 #include <bsd/string.h>
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -512,26 +513,75 @@ safe_name(const char *in, char *out, size_t len)
 		strlcpy(out, "attachment", len);
 }
 
+/*
+ * The volume is the sandboxes' to write: anything in it may be a symlink
+ * planted by an earlier Turn's code.  So every step is taken relative to
+ * a directory already opened, never following a link, and the file is
+ * written under a fresh name and renamed into place.
+ */
 static int
-write_file(const char *path, const unsigned char *data, size_t len)
+subdir(int dfd, const char *name)
 {
-	int	 fd;
-	ssize_t	 n;
-	size_t	 off = 0;
-
-	if ((fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
-	    0644)) == -1)
+	if (mkdirat(dfd, name, 0755) == -1 && errno != EEXIST)
 		return -1;
+	return openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+	    O_CLOEXEC);
+}
+
+static int
+stage_file(const char *volume, const char *id, const char *name,
+    const unsigned char *data, size_t len)
+{
+	char	 tmp[64];
+	int	 vfd, afd = -1, dfd = -1, fd = -1, rc = -1, i, saved;
+	size_t	 off = 0;
+	ssize_t	 n;
+
+	if ((vfd = open(volume, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+	    O_CLOEXEC)) == -1 || (afd = subdir(vfd, "attachments")) == -1 ||
+	    (dfd = subdir(afd, id)) == -1)
+		goto out;
+	for (i = 0; i < 8 && fd == -1; i++) {
+		snprintf(tmp, sizeof(tmp), ".staging-%08x", arc4random());
+		fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
+		    O_CLOEXEC, 0644);
+		if (fd == -1 && errno != EEXIST)
+			goto out;
+	}
+	if (fd == -1)
+		goto out;
 	while (off < len) {
 		if ((n = write(fd, data + off, len - off)) == -1) {
 			if (errno == EINTR)
 				continue;
-			close(fd);
-			return -1;
+			goto out;
 		}
 		off += n;
 	}
-	return close(fd);
+	if (close(fd) == -1) {
+		fd = -1;
+		goto out;
+	}
+	fd = -1;
+	if (renameat(dfd, tmp, dfd, name) == -1) {
+		unlinkat(dfd, tmp, 0);
+		goto out;
+	}
+	rc = 0;
+out:
+	saved = errno;
+	if (fd != -1) {
+		close(fd);
+		unlinkat(dfd, tmp, 0);
+	}
+	if (dfd != -1)
+		close(dfd);
+	if (afd != -1)
+		close(afd);
+	if (vfd != -1)
+		close(vfd);
+	errno = saved;
+	return rc;
 }
 
 static int
@@ -558,7 +608,7 @@ stage(struct turn *t, char *why, size_t whylen)
 	struct db_err	 e;
 	PGresult	*res;
 	unsigned char	*bytes;
-	char		*dir, *path, name[256], sandbox_path[512];
+	char		*dir, name[256], sandbox_path[512];
 	const char	*p[1];
 	size_t		 i, len;
 	struct evbuffer	*ctx = evbuffer_new();
@@ -578,17 +628,15 @@ stage(struct turn *t, char *why, size_t whylen)
 		bytes = PQunescapeBytea((const unsigned char *)PQgetvalue(res,
 		    0, 3), &len);
 		safe_name(PQgetvalue(res, 0, 0), name, sizeof(name));
-		xasprintf(&dir, "%s/volumes/%s/attachments/%s",
-		    tw->env->statedir, WORKSPACE_ID, p[0]);
-		xasprintf(&path, "%s/%s", dir, name);
-		if (bytes == NULL || mkdirs(dir, 0755) == -1 ||
-		    write_file(path, bytes, len) == -1) {
-			snprintf(why, whylen, "staging %s: %s", path,
-			    strerror(errno));
+		xasprintf(&dir, "%s/volumes/%s", tw->env->statedir,
+		    WORKSPACE_ID);
+		if (bytes == NULL ||
+		    stage_file(dir, p[0], name, bytes, len) == -1) {
+			snprintf(why, whylen, "staging %s into %s: %s", name,
+			    dir, strerror(errno));
 			PQfreemem(bytes);
 			PQclear(res);
 			free(dir);
-			free(path);
 			goto fail;
 		}
 		snprintf(sandbox_path, sizeof(sandbox_path),
@@ -607,7 +655,6 @@ stage(struct turn *t, char *why, size_t whylen)
 		PQfreemem(bytes);
 		PQclear(res);
 		free(dir);
-		free(path);
 	}
 	if (ntext == 0)
 		evbuffer_add(ctx, text, strlen(text));
