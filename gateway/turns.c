@@ -35,6 +35,7 @@
 #define TEXT_MAX		100000
 #define ATTACHMENTS_MAX		16
 #define CLIENT_BUFFER_MAX	(16 * 1024 * 1024)
+#define CLIENT_READ_MAX		(64 * 1024)
 #define PRELUDE	"{\"type\":\"data-status\",\"data\":{\"phase\":\"preparation\"," \
 		"\"status\":\"running\",\"message\":null},\"transient\":true}"
 
@@ -51,6 +52,7 @@ struct gwturn {
 	char			*owner;
 	int			 queued;
 	int			 started;	/* `start' relayed */
+	int			 slow;		/* the client stopped reading */
 	struct event		*ev_beat;
 };
 TAILQ_HEAD(gwturnlist, gwturn);
@@ -92,10 +94,15 @@ send_raw(struct gwturn *t, const char *s, size_t len)
 	if (t->req == NULL)
 		return;
 	bev = evhttp_connection_get_bufferevent(t->evcon);
+	if (t->slow)
+		return;
 	if (bev != NULL && evbuffer_get_length(bufferevent_get_output(bev)) >
 	    CLIENT_BUFFER_MAX) {
+		/* Dropped from the loop, never from inside a caller. */
 		log_warnx("turn %lld: the client is not reading; dropping "
-		    "its output", (long long)t->id);
+		    "it", (long long)t->id);
+		t->slow = 1;
+		timer_add_ms(t->ev_beat, 0);
 		return;
 	}
 	if ((b = evbuffer_new()) == NULL)
@@ -123,6 +130,20 @@ stats_changed(void)
 	gateway_stats();
 }
 
+/*
+ * While the stream runs evhttp keeps reading the socket into a buffer
+ * nobody drains; the watermark stops reading at CLIENT_READ_MAX so a
+ * client cannot grow it.  Writes still notice a closed socket.
+ */
+static void
+client_read_limit(struct gwturn *t, size_t max)
+{
+	struct bufferevent *bev;
+
+	if ((bev = evhttp_connection_get_bufferevent(t->evcon)) != NULL)
+		bufferevent_setwatermark(bev, EV_READ, 0, max);
+}
+
 /* Close the response with [DONE]; the Turn is over for the client. */
 static void
 finish_stream(struct gwturn *t)
@@ -130,6 +151,7 @@ finish_stream(struct gwturn *t)
 	if (t->req == NULL)
 		return;
 	send_raw(t, "data: [DONE]\n\n", 14);
+	client_read_limit(t, 0);
 	evhttp_connection_set_closecb(t->evcon, NULL, NULL);
 	evhttp_send_reply_end(t->req);
 	t->req = NULL;
@@ -152,15 +174,43 @@ fail_stream(struct gwturn *t, const char *message)
 	finish_stream(t);
 }
 
+/*
+ * The client is gone: a waiting Turn just goes; a running one is
+ * cancelled and ends when its worker says.
+ */
+static void
+client_gone(struct gwturn *t)
+{
+	struct msg	 m;
+
+	if (t->worker == NULL) {
+		turn_free(t);
+		return;
+	}
+	proto_msg_init(&m, MSG_CANCEL);
+	m.cancel.turn = t->id;
+	chan_send(t->worker->chan, &m);
+}
+
 static void
 beat(evutil_socket_t fd, short events, void *arg)
 {
 	struct gwturn	*t = arg;
+	struct evhttp_connection *evcon;
 
 	(void)fd;
 	(void)events;
 	if (t->req == NULL)
 		return;
+	if (t->slow) {
+		evcon = t->evcon;
+		evhttp_connection_set_closecb(evcon, NULL, NULL);
+		t->req = NULL;
+		t->evcon = NULL;
+		evhttp_connection_free(evcon);
+		client_gone(t);
+		return;
+	}
 	/* The prelude until the Run starts; then a comment keeps it alive. */
 	if (!t->started)
 		send_event(t, PRELUDE);
@@ -183,6 +233,7 @@ turn_free(struct gwturn *t)
 	if (t->worker != NULL)
 		t->worker->turn = NULL;
 	if (t->req != NULL) {
+		client_read_limit(t, 0);
 		evhttp_connection_set_closecb(t->evcon, NULL, NULL);
 		evhttp_send_reply_end(t->req);
 	}
@@ -194,28 +245,18 @@ turn_free(struct gwturn *t)
 	stats_changed();
 }
 
-/*
- * The client went away (libevent detached the request): a waiting Turn
- * just goes; a running one is cancelled and ends when its worker says.
- */
+/* libevent detached the request when the client went away. */
 static void
 client_closed(struct evhttp_connection *evcon, void *arg)
 {
 	struct gwturn	*t = arg;
-	struct msg	 m;
 
 	evhttp_connection_set_closecb(evcon, NULL, NULL);
 	log_info("turn %lld: the client disconnected", (long long)t->id);
 	evhttp_send_reply_end(t->req);
 	t->req = NULL;
 	t->evcon = NULL;
-	if (t->worker == NULL) {
-		turn_free(t);
-		return;
-	}
-	proto_msg_init(&m, MSG_CANCEL);
-	m.cancel.turn = t->id;
-	chan_send(t->worker->chan, &m);
+	client_gone(t);
 }
 
 static struct worker *
@@ -417,8 +458,9 @@ turn_request(json_t *body, const char **code, const char **message)
 		*message = "Invalid Skill selection";
 		return NULL;
 	}
-	out = json_pack("{s:O, s:O}", "text", text, "attachment_ids",
-	    ids != NULL && !json_is_null(ids) ? ids : json_array());
+	out = json_pack("{s:O, s:o}", "text", text, "attachment_ids",
+	    ids != NULL && !json_is_null(ids) ? json_incref(ids) :
+	    json_array());
 	s = json_dumps(out, JSON_COMPACT);
 	json_decref(out);
 	return s;
@@ -491,6 +533,7 @@ turns_post(struct evhttp_request *req, const char *session_id)
 	evhttp_add_header(h, "x-vercel-ai-ui-message-stream", "v1");
 	evhttp_send_reply_start(req, 200, "OK");
 	evhttp_connection_set_closecb(t->evcon, client_closed, t);
+	client_read_limit(t, CLIENT_READ_MAX);
 	send_event(t, PRELUDE);
 	timer_add_ms(t->ev_beat,
 	    (int64_t)gw->env->conf->heartbeat_seconds * 1000);

@@ -8,6 +8,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use Fleet;
+use IO::Socket::INET;
 use POSIX qw(:sys_wait_h);
 use Test::More;
 
@@ -23,6 +24,7 @@ my $script = <<'EOS';
 {"match":"case-drain","delay_ms":2000,"content":"```python\nSUBMIT(answer='drained ok')\n```"}
 {"match":"case-cli","content":"```python\nSUBMIT(answer=str(6 * 7))\n```"}
 {"match":"case-404","status":404,"content":"The model `x` does not exist"}
+{"match":"case-push","delay_ms":1500,"content":"```python\nSUBMIT(answer='pushed')\n```"}
 {"match":"case-sigint","delay_ms":20000,"content":"```python\nSUBMIT(answer='too late')\n```"}
 EOS
 
@@ -129,6 +131,51 @@ is($? >> 8, 130, 'fleet turn exits 130 on Ctrl-C');
 ok(wait_for(sub { my (undef, $s) = $f->psql("SELECT status FROM fleet_runs "
     . "ORDER BY created_at DESC LIMIT 1"); $s eq "cancelled\n" }, 10,
     'cancelled'), 'and the Run is cancelled');
+
+# A client that keeps sending during its stream is not buffered without
+# bound: the gateway stops reading it, and the stream still completes.
+{
+	my ($gw) = $f->procs('gateway');
+	my $hwm = sub {
+		open(my $fh, '<', "/proc/$gw->{pid}/status") or die;
+		for (<$fh>) { return $1 if /^VmHWM:\s+(\d+) kB/ }
+		die 'no VmHWM';
+	};
+	my $before = $hwm->();
+	my ($host, $hport) = $f->{url} =~ m{//([^:/]+):(\d+)};
+	my $sock = IO::Socket::INET->new(PeerAddr => $host,
+	    PeerPort => $hport) or die "connect: $!";
+	my $sid = $f->session;
+	my $req = '{"text":"case-push"}';
+	print $sock "POST /api/sessions/$sid/turns HTTP/1.1\r\nHost: x\r\n"
+	    . "Content-Type: application/json\r\nIdempotency-Key: push-$$\r\n"
+	    . 'Content-Length: ' . length($req) . "\r\n\r\n$req";
+	my $ppid = fork // die;
+	if ($ppid == 0) {
+		$SIG{PIPE} = 'IGNORE';
+		my $junk = 'x' x 65536;
+		for (1 .. 1024) { syswrite($sock, $junk) or last }
+		POSIX::_exit(0);
+	}
+	my $got = '';
+	eval {
+		local $SIG{ALRM} = sub { die "timeout\n" };
+		alarm(30);
+		while (sysread($sock, my $buf, 65536)) {
+			$got .= $buf;
+			last if $got =~ /data: \[DONE\]/;
+		}
+		alarm(0);
+	};
+	my $after = $hwm->();
+	kill('KILL', $ppid);
+	waitpid($ppid, 0);
+	close $sock;
+	like($got, qr/"delta":"pushed"/, 'a client sending 64 MiB mid-stream '
+	    . 'still gets its answer');
+	cmp_ok($after - $before, '<', 16384, 'and the gateway did not buffer '
+	    . 'it (peak RSS grew ' . ($after - $before) . ' KiB)');
+}
 
 # A lease nobody renews is revoked, and its sandbox destroyed.
 SKIP: {
