@@ -337,10 +337,15 @@ child_progress(struct child_run *c, const char *state, const char *outcome)
 	    (json_int_t)(now_ms() - c->start_ms), "cleanup_state",
 	    strcmp(state, "running") == 0 ? "pending" : "complete",
 	    "parent_run_id", c->t->run);
+	if (d == NULL) {
+		log_warnx("run %s: %s: cannot encode its progress", c->t->run,
+		    c->id);
+		return;
+	}
 	if (outcome != NULL) {
 		char o[501];
 
-		strlcpy(o, outcome, sizeof(o));
+		utf8_strlcpy(o, outcome, sizeof(o));
 		json_object_set_new(d, "outcome", json_string(o));
 	}
 	record(json_pack("{s:s, s:O}", "type", "child_progress", "data", d),
@@ -440,7 +445,7 @@ subrlm_start(struct rlm *r, int64_t token, const char *task, json_t *context,
 	c->token = token;
 	c->start_ms = now_ms();
 	snprintf(c->id, sizeof(c->id), "child-%d", ++seq);
-	strlcpy(c->label, task, sizeof(c->label));
+	utf8_strlcpy(c->label, task, sizeof(c->label));
 	c->context = context != NULL && !json_is_null(context) ?
 	    json_incref(context) : json_string("");
 	if (!json_is_string(c->context)) {
