@@ -37,6 +37,7 @@ gateway_dispatch(struct msg *m, void *arg)
 	case MSG_CTL_REQUEST:
 	case MSG_CTL_REPLY:
 	case MSG_WORKER_HELLO:
+	case MSG_WORKER_BYE:
 	case MSG_ACQUIRE:
 	case MSG_GRANT:
 	case MSG_REFUSE:

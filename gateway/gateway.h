@@ -27,6 +27,7 @@ struct worker {
 	int			 instance;	/* 0 until it says hello */
 	pid_t			 pid;
 	struct gwturn		*turn;		/* the Turn it runs, or NULL */
+	int			 leaving;	/* said bye: no more Turns */
 };
 TAILQ_HEAD(workerlist, worker);
 

@@ -265,7 +265,7 @@ idle_worker(void)
 	struct worker	*w;
 
 	TAILQ_FOREACH(w, &gw->workers, entry)
-		if (w->instance > 0 && w->turn == NULL)
+		if (w->instance > 0 && w->turn == NULL && !w->leaving)
 			return w;
 	return NULL;
 }
@@ -299,7 +299,8 @@ turns_worker_idle(struct worker *w)
 {
 	struct gwturn	*t;
 
-	if (w->turn == NULL && (t = TAILQ_FIRST(&queue)) != NULL)
+	if (w->turn == NULL && !w->leaving &&
+	    (t = TAILQ_FIRST(&queue)) != NULL)
 		turn_assign(t, w);
 }
 
@@ -365,6 +366,29 @@ turns_worker_gone(struct worker *w)
 
 	if (t == NULL)
 		return;
+	t->worker = NULL;
+	w->turn = NULL;
+	/*
+	 * A stopping worker can exit with a Turn it never read still on
+	 * the wire: that Turn never began, so it waits for another worker.
+	 */
+	if (w->leaving && t->run[0] == '\0') {
+		if (t->req == NULL) {
+			turn_free(t);
+			return;
+		}
+		log_info("turn %lld: its worker left before starting it; "
+		    "requeued", (long long)t->id);
+		TAILQ_REMOVE(&active, t, entry);
+		nactive--;
+		TAILQ_INSERT_HEAD(&queue, t, entry);
+		t->queued = 1;
+		nqueued++;
+		if ((w = idle_worker()) != NULL)
+			turn_assign(t, w);
+		stats_changed();
+		return;
+	}
 	log_warnx("turn %lld: its worker died mid-Turn", (long long)t->id);
 	if (t->run[0] != '\0' && t->owner != NULL) {
 		p[0] = t->run;
@@ -377,8 +401,6 @@ turns_worker_gone(struct worker *w)
 		    "'settling') RETURNING id", 2, p, 10000, settled,
 		    xstrdup(t->run));
 	}
-	t->worker = NULL;
-	w->turn = NULL;
 	/* Grammar: after a start, error then finish(error). */
 	fail_stream(t, "Turn failed");
 	turn_free(t);

@@ -113,6 +113,11 @@ worker_msg(struct chan *ch, struct msg *m, void *arg)
 		chan_send(ch, &ack);
 		turns_worker_idle(w);
 		break;
+	case MSG_WORKER_BYE:
+		/* It finishes the Turn it runs, if any, then exits. */
+		log_debug("%s: leaving", chan_peer(ch));
+		w->leaving = 1;
+		break;
 	case MSG_TURN_STARTED:
 	case MSG_CHUNK:
 	case MSG_TURN_END:

@@ -679,6 +679,7 @@ lease_msg(struct chan *ch, struct msg *m, void *arg)
 	case MSG_CTL_REQUEST:
 	case MSG_CTL_REPLY:
 	case MSG_WORKER_HELLO:
+	case MSG_WORKER_BYE:
 	case MSG_GRANT:
 	case MSG_REFUSE:
 	case MSG_TURN:

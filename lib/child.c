@@ -110,6 +110,7 @@ child_chan_msg(struct chan *ch, struct msg *m, void *arg)
 	case MSG_CTL_REQUEST:
 	case MSG_CTL_REPLY:
 	case MSG_WORKER_HELLO:
+	case MSG_WORKER_BYE:
 	case MSG_ACQUIRE:
 	case MSG_GRANT:
 	case MSG_REFUSE:

@@ -123,6 +123,7 @@ static const struct msgdef msgdefs[MSG__COUNT] = {
 	[MSG_CTL_REQUEST] = DEF("ctl_request", ctl_request_fields),
 	[MSG_CTL_REPLY] = DEF("ctl_reply", ctl_reply_fields),
 	[MSG_WORKER_HELLO] = DEF("worker_hello", worker_hello_fields),
+	[MSG_WORKER_BYE] = DEF0("worker_bye"),
 	[MSG_ACQUIRE] = DEF("acquire", acquire_fields),
 	[MSG_GRANT] = DEF("grant", grant_fields),
 	[MSG_REFUSE] = DEF("refuse", refuse_fields),

@@ -35,6 +35,7 @@ enum msg_type {
 	MSG_CTL_REPLY,
 	/* turnworker <-> gateway (run/gateway.sock) */
 	MSG_WORKER_HELLO,
+	MSG_WORKER_BYE,		/* stopping: send no more Turns */
 	/* turnworker <-> leasemgr (run/leasemgr.sock, one connection a lease) */
 	MSG_ACQUIRE,
 	MSG_GRANT,

@@ -289,6 +289,7 @@ control_msg(struct chan *ch, struct msg *m, void *arg)
 	case MSG_STATS:
 	case MSG_CTL_REPLY:
 	case MSG_WORKER_HELLO:
+	case MSG_WORKER_BYE:
 	case MSG_ACQUIRE:
 	case MSG_GRANT:
 	case MSG_REFUSE:

@@ -24,6 +24,8 @@ my $script = <<'EOS';
 {"match":"case-drain","delay_ms":2000,"content":"```python\nSUBMIT(answer='drained ok')\n```"}
 {"match":"case-cli","content":"```python\nSUBMIT(answer=str(6 * 7))\n```"}
 {"match":"case-404","status":404,"content":"The model `x` does not exist"}
+{"match":"case-reload","delay_ms":1500,"content":"```python\nSUBMIT(answer='reloaded')\n```"}
+{"match":"case-requeued","content":"```python\nSUBMIT(answer='requeued ran')\n```"}
 {"match":"case-push","delay_ms":1500,"content":"```python\nSUBMIT(answer='pushed')\n```"}
 {"match":"case-sigint","delay_ms":20000,"content":"```python\nSUBMIT(answer='too late')\n```"}
 EOS
@@ -82,6 +84,25 @@ my @b = events($bb);
 my ($first_start) = grep { $b[$_] =~ /"type":"start"/ } 0 .. $#b;
 ok(!grep({ $b[$_] =~ /"phase":"preparation"/ } $first_start .. $#b),
     'and no prelude follows its start');
+
+# A reload replaces the worker after its Turn: the queued Turn waits for
+# the new worker instead of going to the leaving one.
+my $oldpid = ($f->procs('turnworker'))[0]{pid};
+my ($pe, $be) = $f->turn_post($f->session, '{"text":"case-reload"}',
+    background => 1);
+ok(wait_for(sub { $f->status->{turns}{active} == 1 }, 10, 'E active'),
+    'a Turn holds the only worker');
+my ($pq, $bq) = $f->turn_post($f->session, '{"text":"case-requeued"}',
+    background => 1);
+ok(wait_for(sub { $f->status->{turns}{queued} == 1 }, 10, 'Q queued'),
+    'another waits in the queue');
+($rc, undef, $err) = $f->fleet('reload');
+is($rc, 0, 'reload') or diag($err);
+waitpid($pe, 0);
+is(answer($be), 'reloaded', 'the Turn in flight completes');
+waitpid($pq, 0);
+is(answer($bq), 'requeued ran', 'the queued Turn runs on the new worker');
+isnt(($f->procs('turnworker'))[0]{pid}, $oldpid, 'which replaced the old');
 
 # drain --wait waits for the Turn in flight; new Turns are refused.
 my ($pd, $bd) = $f->turn_post($f->session, '{"text":"case-drain"}',

@@ -85,6 +85,7 @@ tw_gateway_msg(struct chan *ch, struct msg *m, void *arg)
 	case MSG_CTL_REQUEST:
 	case MSG_CTL_REPLY:
 	case MSG_WORKER_HELLO:
+	case MSG_WORKER_BYE:
 	case MSG_ACQUIRE:
 	case MSG_GRANT:
 	case MSG_REFUSE:
@@ -142,13 +143,17 @@ tw_dial(evutil_socket_t fd, short events, void *arg)
 static void
 tw_dispatch(struct msg *m, void *arg)
 {
+	struct msg	 bye;
+
 	(void)arg;
 	switch (m->type) {
 	case MSG_STATE:
 	case MSG_RELOAD:
 		break;
 	case MSG_STOP:
-		/* Finish the Turn in flight, then leave. */
+		/* Finish the Turn in flight, then leave; no new ones. */
+		proto_msg_init(&bye, MSG_WORKER_BYE);
+		tw_send(&bye);
 		tw->stopping = 1;
 		if (tw->turn == NULL)
 			event_base_loopexit(tw->base, NULL);
@@ -159,6 +164,7 @@ tw_dispatch(struct msg *m, void *arg)
 	case MSG_CTL_REQUEST:
 	case MSG_CTL_REPLY:
 	case MSG_WORKER_HELLO:
+	case MSG_WORKER_BYE:
 	case MSG_ACQUIRE:
 	case MSG_GRANT:
 	case MSG_REFUSE:
