@@ -68,7 +68,7 @@ static const struct keydef profile_keys[] = {
 	{ "db_user", K_NAME, O(db_user), 0, CONFIG_USER_MAX - 1 },
 	{ "postgres_bindir", K_PATH, O(postgres_bindir), 0,
 	    CONFIG_PATH_MAX - 1 },
-	{ "heartbeat_seconds", K_INT, O(heartbeat_seconds), 1, 3600 },
+	{ "heartbeat_seconds", K_INT, O(heartbeat_seconds), 1, 50 },
 	{ "stale_after", K_INT, O(stale_after), 2, 86400 },
 	{ "max_upload_bytes", K_BYTES, O(max_upload_bytes), 1,
 	    1024LL * 1024 * 1024 },

@@ -103,6 +103,9 @@ main(void)
 	    "workers: '0' is too small", "value below range");
 	expect_error("[profile default]\nworkers = 65\n", NULL, 2,
 	    "workers: '65' is too large", "value above range");
+	expect_error("[profile default]\nheartbeat_seconds = 60\n", NULL, 2,
+	    "heartbeat_seconds: '60' is too large",
+	    "a heartbeat as long as the HTTP timeout");
 	expect_error("[profile default]\nlisten = localhost\n", NULL, 2,
 	    "listen: 'localhost' is not HOST:PORT", "listen without a port");
 	expect_error("[profile default]\nlisten = 1.2.3.4:70000\n", NULL, 2,
