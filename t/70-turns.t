@@ -32,6 +32,7 @@ my $script = <<"EOS";
 {$R,"match":"case-limit","content":"Done.\\n```python\\nSUBMIT(answer=str(out.count('ok')) + ' ' + out[-1][:34])\\n```"}
 {$R,"match":"case-429","status":429,"retry_after":1,"content":"slow down"}
 {$R,"match":"case-429","content":"```python\\nSUBMIT(answer='after 429')\\n```"}
+{$R,"match":"case-hostbad","content":"```python\\ntry:\\n    llm_query.__globals__['_host_call']('llm_query', '{}')\\n    r = 'no error'\\nexcept RuntimeError as e:\\n    r = str(e)\\nSUBMIT(answer=r)\\n```"}
 {$R,"match":"case-cut","content":"This answer will be cut off in the middle of a sentence.","cut_after_chars":12,"chunk_chars":4}
 {$R,"match":"case-big","content":"```python\\nimport hashlib\\nok = hashlib.sha256(open(attachments[0]['path'], 'rb').read()).hexdigest() == attachments[0]['sha256']\\nprint(len(context), ok)\\n```"}
 {$R,"match":"case-big","content":"```python\\nSUBMIT(answer=f'{len(context)} {ok}')\\n```"}
@@ -157,6 +158,11 @@ my @l429 = grep { ($_->{body}{messages}[-1]{content} // '') =~ /case-429/ }
     $f->lmlog($lmlog);
 is(scalar(@l429), 2, 'two requests: the 429 and the retry');
 is($l429[0]{status}, 429, 'the first was the 429');
+
+# A host request without its prompt is refused inside the cell.
+$t = run_turn('case-hostbad', 'stop');
+is($t->{text}, 'prompt must be a string',
+    'llm_query without a prompt: an error the code can catch');
 
 # 7. A stream cut mid-way: the Turn fails cleanly, without a retry.
 $t = run_turn('case-cut', 'error');

@@ -433,6 +433,10 @@ host_request(struct rlm *r, json_t *ev)
 		return;
 	}
 	if (strcmp(method, "llm_query") == 0) {
+		if (!json_is_string(json_object_get(params, "prompt"))) {
+			host_reply(r, id, NULL, "prompt must be a string");
+			return;
+		}
 		one = json_pack("[O]", json_object_get(params, "prompt"));
 		llm_query(r, id, one, 0);
 		json_decref(one);
@@ -547,7 +551,9 @@ kernel_event(struct kernel *k, json_t *ev, void *arg)
 	struct rlm	*r = arg;
 	const char	*event = json_string_value(json_object_get(ev, "event"));
 	const char	*id = json_string_value(json_object_get(ev, "id"));
-	const char	*s;
+	const char	*s, *ename, *evalue;
+	char		*line;
+	int		 n;
 
 	(void)k;
 	if (event == NULL || r->phase == PH_DONE)
@@ -587,11 +593,16 @@ kernel_event(struct kernel *k, json_t *ev, void *arg)
 		}
 	} else if (strcmp(event, "error") == 0) {
 		s = json_string_value(json_object_get(ev, "traceback"));
-		if (s == NULL || *s == '\0')
-			evbuffer_add_printf(r->out, "%s: %s\n",
-			    json_string_value(json_object_get(ev, "ename")),
-			    json_string_value(json_object_get(ev, "evalue")));
-		else
+		if (s == NULL || *s == '\0') {
+			ename = json_string_value(json_object_get(ev,
+			    "ename"));
+			evalue = json_string_value(json_object_get(ev,
+			    "evalue"));
+			n = xasprintf(&line, "%s: %s\n", ename ? ename :
+			    "Error", evalue ? evalue : "");
+			append_output(r, line, n);
+			free(line);
+		} else
 			append_output(r, s, strlen(s));
 	} else if (strcmp(event, "done") == 0) {
 		s = json_string_value(json_object_get(ev, "status"));
