@@ -16,6 +16,7 @@
 
 #include "proto.h"
 
+#define READ_SHRINK	(1024 * 1024)
 #define READ_CHUNK	65536
 
 void
@@ -66,6 +67,12 @@ proto_reader_fill(struct proto_reader *r, int fd)
 		memmove(r->buf, r->buf + r->off, r->len - r->off);
 		r->len -= r->off;
 		r->off = 0;
+	}
+	/* A large frame is gone: give its room back. */
+	if (r->len == 0 && r->cap > READ_SHRINK) {
+		free(r->buf);
+		r->buf = NULL;
+		r->cap = 0;
 	}
 	if (r->cap - r->len < READ_CHUNK) {
 		newcap = r->len + READ_CHUNK;

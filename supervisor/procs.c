@@ -248,6 +248,8 @@ proc_exited(struct proc *p, int status)
 	}
 	log_warnx("%s (pid %d) died after %lld ms: %s", p->name, (int)pid,
 	    (long long)lived, how);
+	/* Its next start reads the new configuration anyway. */
+	p->replace = 0;
 	if (WIFEXITED(status) && WEXITSTATUS(status) == 2) {
 		p->state = PS_FAILED;
 		log_warnx("%s exited with status 2 (configuration error); "
