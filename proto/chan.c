@@ -29,7 +29,7 @@ struct chan {
 	char			 peer[64];
 	struct event		*ev_read;
 	struct event		*ev_write;
-	struct event		*ev_die;	/* reports a failed send */
+	struct event		*ev_die;	/* tells the owner it died */
 	char			 why[128];
 	struct proto_reader	 reader;
 	TAILQ_HEAD(, chan_out)	 outq;
@@ -45,7 +45,6 @@ struct chan {
 static void	chan_read(evutil_socket_t, short, void *);
 static void	chan_write(evutil_socket_t, short, void *);
 static void	chan_die(struct chan *, const char *);
-static void	chan_die_later(struct chan *, const char *);
 static void	chan_die_cb(evutil_socket_t, short, void *);
 static void	chan_destroy(struct chan *);
 static void	out_free(struct chan_out *);
@@ -158,11 +157,11 @@ chan_die_cb(evutil_socket_t fd, short events, void *arg)
 }
 
 /*
- * A send failed: the channel is dead from now on, but the owner hears
- * of it from the event loop, never from inside its own chan_send().
+ * The channel is finished: its events stop now, and the owner hears of
+ * it once, from the event loop, never from inside its own chan_send().
  */
 static void
-chan_die_later(struct chan *c, const char *why)
+chan_die(struct chan *c, const char *why)
 {
 	if (c->dead)
 		return;
@@ -171,18 +170,6 @@ chan_die_later(struct chan *c, const char *why)
 	event_del(c->ev_read);
 	event_del(c->ev_write);
 	event_active(c->ev_die, 0, 0);
-}
-
-/* The channel is finished: stop its events and tell the owner once. */
-static void
-chan_die(struct chan *c, const char *why)
-{
-	if (c->dead)
-		return;
-	c->dead = 1;
-	event_del(c->ev_read);
-	event_del(c->ev_write);
-	c->on_close(c, why, c->arg);
 }
 
 static int
@@ -268,13 +255,13 @@ chan_send(struct chan *c, struct msg *m)
 		log_warnx("%s: peer is not reading (%zu bytes queued); "
 		    "dropping it", c->peer, c->queued);
 		out_free(o);
-		chan_die_later(c, "peer not reading");
+		chan_die(c, "peer not reading");
 		return -1;
 	}
 	TAILQ_INSERT_TAIL(&c->outq, o, entry);
 	c->queued += o->len;
 	if (TAILQ_FIRST(&c->outq) == o && chan_flush(c) == -1) {
-		chan_die_later(c, strerror(errno));
+		chan_die(c, strerror(errno));
 		return -1;
 	}
 	return 0;
