@@ -192,65 +192,6 @@ api_uuid(const char *s, size_t len, char *out)
 	return (0);
 }
 
-/* Well-formed UTF-8 (no overlongs, surrogates or NULs). */
-int
-api_utf8_valid(const char *s, size_t len)
-{
-	const unsigned char	*p = (const unsigned char *)s;
-	size_t			 i = 0, n, k;
-	unsigned int		 cp;
-
-	while (i < len) {
-		if (p[i] == 0)
-			return (0);
-		if (p[i] < 0x80) {
-			i++;
-			continue;
-		}
-		if (p[i] >= 0xc2 && p[i] <= 0xdf) {
-			n = 1;
-			cp = p[i] & 0x1f;
-		} else if (p[i] >= 0xe0 && p[i] <= 0xef) {
-			n = 2;
-			cp = p[i] & 0x0f;
-		} else if (p[i] >= 0xf0 && p[i] <= 0xf4) {
-			n = 3;
-			cp = p[i] & 0x07;
-		} else
-			return (0);
-		if (i + n >= len)
-			return (0);
-		for (k = 1; k <= n; k++) {
-			if ((p[i + k] & 0xc0) != 0x80)
-				return (0);
-			cp = (cp << 6) | (p[i + k] & 0x3f);
-		}
-		if ((n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) ||
-		    cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-			return (0);
-		i += n + 1;
-	}
-	return (1);
-}
-
-/* Bytes of the longest prefix of UTF-8 s holding at most max characters. */
-size_t
-api_utf8_prefix(const char *s, size_t max)
-{
-	const unsigned char	*p = (const unsigned char *)s;
-	size_t			 i = 0, chars = 0;
-
-	while (p[i] != '\0') {
-		if ((p[i] & 0xc0) != 0x80) {
-			if (chars == max)
-				break;
-			chars++;
-		}
-		i++;
-	}
-	return (i);
-}
-
 /* A copy of s without leading and trailing white space. */
 char *
 api_strip(const char *s)

@@ -25,8 +25,6 @@
 
 /* api.c */
 int	 api_uuid(const char *, size_t, char *);
-int	 api_utf8_valid(const char *, size_t);
-size_t	 api_utf8_prefix(const char *, size_t);
 char	*api_strip(const char *);
 json_t	*api_body_json(struct evhttp_request *, int);
 int	 api_query(struct evhttp_request *, struct evkeyvalq *);

@@ -21,6 +21,7 @@
 #include "lib/db.h"
 #include "lib/log.h"
 #include "lib/util.h"
+#include "lib/utf8.h"
 #include "gateway.h"
 #include "api.h"
 
@@ -76,7 +77,7 @@ api_filename_sanitize(const char *in, char *out, size_t outsz)
 	char		*t;
 	size_t		 n = 0;
 
-	if (!api_utf8_valid(in, strlen(in)))
+	if (!utf8_valid(in, strlen(in)))
 		return (-1);
 	base = in;
 	for (s = in; *s != '\0'; s++)
@@ -89,7 +90,7 @@ api_filename_sanitize(const char *in, char *out, size_t outsz)
 	t[n] = '\0';
 	s = api_strip(t);
 	free(t);
-	n = api_utf8_prefix(s, API_FILENAME_MAX);
+	n = utf8_prefix(s, strlen(s), API_FILENAME_MAX, NULL);
 	if (n == 0 || n >= outsz || strcmp(s, ".") == 0 ||
 	    strcmp(s, "..") == 0) {
 		free((char *)s);

@@ -17,6 +17,7 @@
 #include "lib/db.h"
 #include "lib/log.h"
 #include "lib/util.h"
+#include "lib/utf8.h"
 #include "gateway.h"
 #include "api.h"
 
@@ -72,7 +73,7 @@ session_title(const char *in)
 		free(t);
 		return (NULL);
 	}
-	t[api_utf8_prefix(t, SESSION_TITLE_MAX)] = '\0';
+	t[utf8_prefix(t, strlen(t), SESSION_TITLE_MAX, NULL)] = '\0';
 	return (t);
 }
 
@@ -252,7 +253,7 @@ api_sessions_list(struct evhttp_request *req, const char *unused)
 		goto invalid;
 	search = evhttp_find_header(&q, "search");
 	if (search != NULL && (strlen(search) > SESSION_SEARCH_MAX ||
-	    !api_utf8_valid(search, strlen(search))))
+	    !utf8_valid(search, strlen(search))))
 		goto invalid;
 	if (search != NULL && *search != '\0')
 		pattern = like_escape(search);

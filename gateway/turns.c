@@ -29,6 +29,7 @@
 #include "lib/log.h"
 #include "lib/store.h"
 #include "lib/util.h"
+#include "lib/utf8.h"
 #include "proto/chan.h"
 #include "gateway.h"
 
@@ -480,23 +481,15 @@ turn_request(json_t *body, const char **code, const char **message)
 		*message = "Invalid Skill selection";
 		return NULL;
 	}
+	if (utf8_chars(json_string_value(text), json_string_length(text)) >
+	    TEXT_MAX)
+		return NULL;
 	out = json_pack("{s:O, s:o}", "text", text, "attachment_ids",
 	    ids != NULL && !json_is_null(ids) ? json_incref(ids) :
 	    json_array());
 	s = json_dumps(out, JSON_COMPACT);
 	json_decref(out);
 	return s;
-}
-
-static int
-utf8_chars(const char *s)
-{
-	int	 n = 0;
-
-	for (; *s != '\0'; s++)
-		if (((unsigned char)*s & 0xc0) != 0x80)
-			n++;
-	return n;
 }
 
 void
@@ -524,13 +517,6 @@ turns_post(struct evhttp_request *req, const char *session_id)
 	body = json_loadb((const char *)evbuffer_pullup(in, -1), len, 0,
 	    &jerr);
 	request = turn_request(body, &code, &message);
-	if (request != NULL && utf8_chars(json_string_value(json_object_get(
-	    body, "text"))) > TEXT_MAX) {
-		free(request);
-		request = NULL;
-		code = "validation_error";
-		message = "Request validation failed.";
-	}
 	json_decref(body);
 	if (request == NULL) {
 		http_error(req, 422, code, message);

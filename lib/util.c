@@ -81,26 +81,6 @@ xstrndup(const char *s, size_t n)
 	return p;
 }
 
-/*
- * strlcpy that never cuts a UTF-8 sequence in two: a truncated copy
- * ends on a character boundary, so it stays valid for JSON.
- */
-size_t
-utf8_strlcpy(char *dst, const char *src, size_t size)
-{
-	size_t	 len = strlen(src), n;
-
-	if (size == 0)
-		return len;
-	n = len < size ? len : size - 1;
-	if (n < len)
-		while (n > 0 && ((unsigned char)src[n] & 0xc0) == 0x80)
-			n--;
-	memcpy(dst, src, n);
-	dst[n] = '\0';
-	return len;
-}
-
 int
 xasprintf(char **ret, const char *fmt, ...)
 {

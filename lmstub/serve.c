@@ -22,10 +22,9 @@
 
 #include <jansson.h>
 
+#include "lib/utf8.h"
 #include "lmstub.h"
 
-static size_t	 utf8_prefix(const char *, size_t, long long, long long *);
-static long long utf8_chars(const char *, size_t);
 static long long tokens(long long);
 static int	 completions(struct evhttp_request *, json_t *,
 		    struct entry **);
@@ -57,36 +56,6 @@ static void	 stream_drain_cb(struct evhttp_connection *, void *);
 static void	 stream_close_cb(struct evhttp_connection *, void *);
 static void	 stream_finish(struct reply *);
 static void	 stream_cut(struct reply *);
-
-/*
- * Byte length of the first nchars UTF-8 characters of s (at most len);
- * the number of characters actually counted goes to *got.
- */
-static size_t
-utf8_prefix(const char *s, size_t len, long long nchars, long long *got)
-{
-	size_t		i = 0;
-	long long	n = 0;
-
-	while (i < len && n < nchars) {
-		i++;
-		while (i < len && ((unsigned char)s[i] & 0xc0) == 0x80)
-			i++;
-		n++;
-	}
-	if (got != NULL)
-		*got = n;
-	return (i);
-}
-
-static long long
-utf8_chars(const char *s, size_t len)
-{
-	long long	n;
-
-	utf8_prefix(s, len, (long long)len, &n);
-	return (n);
-}
 
 static long long
 tokens(long long chars)
@@ -165,7 +134,6 @@ completions(struct evhttp_request *req, json_t *body, struct entry **ep)
 	const char	*why, *text;
 	char		 buf[256], *tofree;
 	size_t		 tlen;
-	long long	 n;
 
 	if ((why = request_check(body, buf, sizeof(buf))) != NULL)
 		return (reject(req, 400, "%s", why));
@@ -184,7 +152,7 @@ completions(struct evhttp_request *req, json_t *body, struct entry **ep)
 
 		mlen = utf8_prefix(json_string_value(model),
 		    json_string_length(model), EXCERPT_CHARS, NULL);
-		xlen = utf8_prefix(text, tlen, EXCERPT_CHARS, &n);
+		xlen = utf8_prefix(text, tlen, EXCERPT_CHARS, NULL);
 		send_error(req, 500, "server_error", NULL,
 		    "fleet-lmstub: no script entry matched (model \"%.*s\", "
 		    "last message \"%.*s%s\")", (int)mlen,
@@ -205,7 +173,7 @@ completions(struct evhttp_request *req, json_t *body, struct entry **ep)
 	    json_is_true(json_object_get(opts, "include_usage"));
 	r->r_ptokens = tokens(prompt_chars(msgs));
 	if (e->e_content != NULL)
-		r->r_ctokens = tokens(utf8_chars(e->e_content,
+		r->r_ctokens = tokens((long long)utf8_chars(e->e_content,
 		    e->e_contentlen));
 
 	if (e->e_delay_ms > 0) {
@@ -333,12 +301,12 @@ prompt_chars(json_t *msgs)
 	json_array_foreach(msgs, i, m) {
 		content = json_object_get(m, "content");
 		if (json_is_string(content))
-			n += utf8_chars(json_string_value(content),
+			n += (long long)utf8_chars(json_string_value(content),
 			    json_string_length(content));
 		json_array_foreach(content, k, part)
 			if ((t = json_object_get(part, "text")) != NULL &&
 			    json_is_string(t))
-				n += utf8_chars(json_string_value(t),
+				n += (long long)utf8_chars(json_string_value(t),
 				    json_string_length(t));
 	}
 	return (n);
@@ -713,8 +681,8 @@ stream_step(struct reply *r)
 {
 	struct entry	*e = r->r_script;
 	struct timeval	 tv = { 0, 0 };
-	size_t		 n;
-	long long	 want = e->e_chunk, got;
+	size_t		 n, got;
+	long long	 want = e->e_chunk;
 
 	if (e->e_cut >= 0 && (r->r_chars >= e->e_cut ||
 	    r->r_off == e->e_contentlen)) {
@@ -730,12 +698,12 @@ stream_step(struct reply *r)
 	if (e->e_cut >= 0 && want > e->e_cut - r->r_chars)
 		want = e->e_cut - r->r_chars;
 	n = utf8_prefix(e->e_content + r->r_off, e->e_contentlen - r->r_off,
-	    want, &got);
+	    (size_t)want, &got);
 	stream_send(r, chunk_new(r, json_pack("{s:i, s:{s:s%}, s:n, s:n}",
 	    "index", 0, "delta", "content", e->e_content + r->r_off, n,
 	    "logprobs", "finish_reason"), "chat.completion.chunk"), 1);
 	r->r_off += n;
-	r->r_chars += got;
+	r->r_chars += (long long)got;
 }
 
 static void

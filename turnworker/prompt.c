@@ -9,16 +9,8 @@
 
 #include "lib/log.h"
 #include "lib/util.h"
+#include "lib/utf8.h"
 #include "prompt.h"
-
-/* Step back from n to the start of a UTF-8 sequence. */
-static size_t
-utf8_floor(const char *s, size_t n)
-{
-	while (n > 0 && ((unsigned char)s[n] & 0xc0) == 0x80)
-		n--;
-	return n;
-}
 
 /*
  * s cut to at most max characters (bytes, on UTF-8 boundaries): its
@@ -33,9 +25,7 @@ prompt_cut(const char *s, size_t len, size_t max)
 	if (len <= max)
 		return xstrndup(s, len);
 	h = utf8_floor(s, max / 2);
-	for (ts = len - max / 2; ts < len &&
-	    ((unsigned char)s[ts] & 0xc0) == 0x80; ts++)
-		;
+	ts = utf8_ceil(s, len, len - max / 2);
 	xasprintf(&out, "%.*s\n\n... (%zu characters omitted) ...\n\n%.*s",
 	    (int)h, s, ts - h, (int)(len - ts), s + ts);
 	return out;
@@ -51,9 +41,7 @@ preview(struct evbuffer *b, const char *s, size_t len)
 		return;
 	}
 	h = utf8_floor(s, PREVIEW_HEAD);
-	for (ts = len - PREVIEW_TAIL; ts < len &&
-	    ((unsigned char)s[ts] & 0xc0) == 0x80; ts++)
-		;
+	ts = utf8_ceil(s, len, len - PREVIEW_TAIL);
 	evbuffer_add(b, s, h);
 	evbuffer_add_printf(b, "\n...\n");
 	evbuffer_add(b, s + ts, len - ts);

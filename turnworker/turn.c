@@ -27,6 +27,7 @@
 #include "lib/log.h"
 #include "lib/store.h"
 #include "lib/util.h"
+#include "lib/utf8.h"
 #include "chunks.h"
 #include "lease.h"
 #include "lm.h"
@@ -589,8 +590,9 @@ out:
 	return rc;
 }
 
+/* Text for context: UTF-8 that JSON can carry (NULs included). */
 static int
-utf8_valid(const unsigned char *s, size_t len)
+textual(const unsigned char *s, size_t len)
 {
 	json_t	*j = json_stringn((const char *)s, len);
 
@@ -650,7 +652,7 @@ stage(struct turn *t, char *why, size_t whylen)
 		    "s:s}", "id", p[0], "name", PQgetvalue(res, 0, 0), "path",
 		    sandbox_path, "size", (json_int_t)len, "sha256",
 		    PQgetvalue(res, 0, 2)));
-		if (utf8_valid(bytes, len)) {
+		if (textual(bytes, len)) {
 			if (json_array_size(ids) > 1)
 				evbuffer_add_printf(ctx, "%s=== %s ===\n",
 				    ntext ? "\n" : "", name);

@@ -33,6 +33,7 @@
 #include <jansson.h>
 
 #include "lib/util.h"
+#include "lib/utf8.h"
 #include "turnworker/lm.h"
 #include "lib/sse.h"
 #include "tap.h"
@@ -531,17 +532,6 @@ long_answer(void)
 	return (s = t);
 }
 
-static size_t
-utf8_chars(const char *s)
-{
-	size_t	 n = 0;
-
-	for (; *s != '\0'; s++)
-		if (((unsigned char)*s & 0xc0) != 0x80)
-			n++;
-	return (n);
-}
-
 /* Cases against fleet-lmstub. */
 
 static void
@@ -572,12 +562,12 @@ test_stream(void)
 	is_str(g.text, ans, "stream: answer reassembled exactly");
 	is_int(g.len, strlen(ans), "stream: length");
 	is_str(g.deltas, ans, "stream: deltas in order make the answer");
-	is_int(g.ndeltas, (utf8_chars(ans) + 6) / 7,
+	is_int(g.ndeltas, (utf8_chars(ans, strlen(ans)) + 6) / 7,
 	    "stream: one delta per chunk");
 	is_str(g.finish, "stop", "stream: finish_reason");
 	want_p = (int)((strlen("You are terse.") + strlen("stream please") +
 	    3) / 4);
-	want_c = (int)((utf8_chars(ans) + 3) / 4);
+	want_c = (int)((utf8_chars(ans, strlen(ans)) + 3) / 4);
 	is_int(g.usage.prompt_tokens, want_p, "stream: prompt tokens");
 	is_int(g.usage.completion_tokens, want_c, "stream: completion tokens");
 	is_int(g.usage.total_tokens, want_p + want_c, "stream: total tokens");

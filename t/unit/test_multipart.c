@@ -361,15 +361,6 @@ test_helpers(void)
 	    "UUID with a non-hex digit");
 	is_int(api_uuid("7793d159+223b-5feb-a99c-f7696debb478", 36, id), -1,
 	    "UUID with a wrong separator");
-	is_int(api_utf8_valid("a\xe2\x82\xac", 4), 1, "valid UTF-8");
-	is_int(api_utf8_valid("a\xe2\x82", 3), 0, "truncated sequence");
-	is_int(api_utf8_valid("\xed\xa0\x80", 3), 0, "surrogate");
-	is_int(api_utf8_valid("\xf4\x90\x80\x80", 4), 0, "beyond U+10FFFF");
-	is_int(api_utf8_valid("a\0b", 3), 0, "NUL");
-	is_int((int)api_utf8_prefix("a\xe2\x82\xac" "b", 2), 4,
-	    "prefix of two characters");
-	is_int((int)api_utf8_prefix("ab", 5), 2, "shorter than the limit");
-	is_int((int)api_utf8_prefix("ab", 0), 0, "zero characters");
 }
 
 /* The history mapping, compared as canonical JSON (and leak-checked). */

@@ -1,5 +1,5 @@
 /*
- * lib/util.c: truncation that keeps UTF-8 whole.
+ * lib/utf8.c: validity, counts, and cuts that keep characters whole.
  */
 #include <sys/types.h>
 
@@ -7,7 +7,7 @@
 
 #include <jansson.h>
 
-#include "lib/util.h"
+#include "lib/utf8.h"
 #include "tap.h"
 
 int
@@ -15,6 +15,26 @@ main(void)
 {
 	char	 buf[8];
 	json_t	*j;
+	size_t	 got;
+
+	is_int(utf8_valid("a\xe2\x82\xac", 4), 1, "valid UTF-8");
+	is_int(utf8_valid("a\xe2\x82", 3), 0, "truncated sequence");
+	is_int(utf8_valid("\xed\xa0\x80", 3), 0, "surrogate");
+	is_int(utf8_valid("\xf4\x90\x80\x80", 4), 0, "beyond U+10FFFF");
+	is_int(utf8_valid("a\0b", 3), 0, "NUL");
+	is_int((int)utf8_prefix("a\xe2\x82\xac" "b", 5, 2, &got), 4,
+	    "prefix of two characters");
+	is_int((int)got, 2, "counts two");
+	is_int((int)utf8_prefix("ab", 2, 5, &got), 2, "shorter than the limit");
+	is_int((int)got, 2, "counts what there is");
+	is_int((int)utf8_prefix("ab", 2, 0, NULL), 0, "zero characters");
+	is_int((int)utf8_chars("a\xe2\x82\xac\xf0\x9f\x98\x80", 8), 3,
+	    "characters of 1, 3 and 4 bytes");
+	is_int((int)utf8_floor("a\xe2\x82\xac", 2), 1,
+	    "floor steps back to the character's first byte");
+	is_int((int)utf8_ceil("a\xe2\x82\xac" "b", 5, 2), 4,
+	    "ceil steps on to the next character");
+	is_int((int)utf8_ceil("a\xe2\x82\xac", 4, 2), 4, "or to the end");
 
 	/* The seventh byte starts a 2-byte character: it does not fit. */
 	is_int(utf8_strlcpy(buf, "abcdef\xc3\xb1", sizeof(buf)), 8,
