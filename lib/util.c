@@ -20,6 +20,7 @@
 
 #include <bsd/stdlib.h>
 #include <bsd/string.h>
+#include <event2/buffer.h>
 #include <event2/event.h>
 
 #include "log.h"
@@ -363,4 +364,16 @@ timer_add_ms(struct event *ev, int64_t ms)
 	tv.tv_sec = ms / 1000;
 	tv.tv_usec = (ms % 1000) * 1000;
 	evtimer_add(ev, &tv);
+}
+
+/* Drain b into a new NUL-terminated string. */
+char *
+buf_take(struct evbuffer *b)
+{
+	size_t	 len = evbuffer_get_length(b);
+	char	*s = xmalloc(len + 1);
+
+	evbuffer_remove(b, s, len);
+	s[len] = '\0';
+	return s;
 }

@@ -38,4 +38,7 @@ int	 unix_connect(const char *);
 struct event;
 void	 timer_add_ms(struct event *, int64_t);
 
+struct evbuffer;
+char	*buf_take(struct evbuffer *);
+
 #endif

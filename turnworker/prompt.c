@@ -47,18 +47,6 @@ preview(struct evbuffer *b, const char *s, size_t len)
 	evbuffer_add(b, s + ts, len - ts);
 }
 
-static char *
-buf_string(struct evbuffer *b)
-{
-	size_t	 len = evbuffer_get_length(b);
-	char	*s = xmalloc(len + 1);
-
-	evbuffer_remove(b, s, len);
-	s[len] = '\0';
-	evbuffer_free(b);
-	return s;
-}
-
 /*
  * One block per variable of vars (an object name -> value): its type,
  * length and preview.  The size of this text does not grow with the
@@ -92,7 +80,9 @@ prompt_variables(json_t *vars)
 		evbuffer_add_printf(b, "\n```\n\n");
 		free(text);
 	}
-	return buf_string(b);
+	text = buf_take(b);
+	evbuffer_free(b);
+	return text;
 }
 
 char *

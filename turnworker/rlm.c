@@ -111,17 +111,6 @@ record(struct rlm *r, json_t *part)
 		json_decref(part);
 }
 
-static char *
-buf_take(struct evbuffer *b)
-{
-	size_t	 len = evbuffer_get_length(b);
-	char	*s = xmalloc(len + 1);
-
-	evbuffer_remove(b, s, len);
-	s[len] = '\0';
-	return s;
-}
-
 void
 rlm_add_usage(struct rlm *r, const struct lm_usage *u, int calls)
 {

@@ -615,7 +615,7 @@ stage(struct turn *t, char *why, size_t whylen)
 	struct db_err	 e;
 	PGresult	*res;
 	unsigned char	*bytes;
-	char		*dir, name[256], sandbox_path[512];
+	char		*dir, *c, name[256], sandbox_path[512];
 	const char	*p[1];
 	size_t		 i, len;
 	struct evbuffer	*ctx = evbuffer_new();
@@ -666,16 +666,11 @@ stage(struct turn *t, char *why, size_t whylen)
 	if (ntext == 0)
 		evbuffer_add(ctx, text, strlen(text));
 	len = evbuffer_get_length(ctx);
-	{
-		char *c = xmalloc(len + 1);
-
-		evbuffer_remove(ctx, c, len);
-		json_object_set_new(t->request, "_vars", json_pack("{s:s, "
-		    "s:s%, s:o}", "query", text, "context", c, len,
-		    "attachments", list));
-		free(c);
-	}
+	c = buf_take(ctx);
 	evbuffer_free(ctx);
+	json_object_set_new(t->request, "_vars", json_pack("{s:s, s:s%, s:o}",
+	    "query", text, "context", c, len, "attachments", list));
+	free(c);
 	return 0;
 fail:
 	json_decref(list);
