@@ -200,6 +200,16 @@ fail:
 	return CLAIM_ERROR;
 }
 
+/* The claim on run_id is no longer ours: not a database error. */
+static int
+claim_lost(const char *run_id, struct db_err *e)
+{
+	snprintf(e->msg, sizeof(e->msg), "claim on run %s lost", run_id);
+	e->sqlstate[0] = '\0';
+	e->lost = 0;
+	return -1;
+}
+
 /*
  * 0 while the claim is ours, with *cancel set when a cancellation was
  * requested; -1 when lost (or on error, e says).
@@ -219,13 +229,7 @@ store_heartbeat(struct db *db, const char *run_id, const char *owner,
 	if (n > 0)
 		*cancel = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
 	PQclear(res);
-	if (n == 0) {
-		snprintf(e->msg, sizeof(e->msg), "claim on run %s lost", run_id);
-		e->sqlstate[0] = '\0';
-		e->lost = 0;
-		return -1;
-	}
-	return 0;
+	return n == 0 ? claim_lost(run_id, e) : 0;
 }
 
 /*
@@ -262,9 +266,8 @@ store_commit(struct db *db, struct commit *c, struct db_err *e)
 	n = PQntuples(res);
 	PQclear(res);
 	if (n == 0) {
-		snprintf(e->msg, sizeof(e->msg), "claim on run %s lost",
-		    c->run_id);
-		goto conflict;
+		claim_lost(c->run_id, e);
+		goto fail;
 	}
 	p[0] = c->session_id;
 	p[1] = c->run_id;
@@ -312,11 +315,5 @@ store_settle(struct db *db, const char *run_id, const char *owner,
 		return -1;
 	n = atoi(PQcmdTuples(res));
 	PQclear(res);
-	if (n == 0) {
-		snprintf(e->msg, sizeof(e->msg), "claim on run %s lost", run_id);
-		e->sqlstate[0] = '\0';
-		e->lost = 0;
-		return -1;
-	}
-	return 0;
+	return n == 0 ? claim_lost(run_id, e) : 0;
 }
