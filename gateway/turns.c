@@ -294,6 +294,21 @@ turn_assign(struct gwturn *t, struct worker *w)
 	stats_changed();
 }
 
+/* An active Turn waits for a worker: at the head when it was there. */
+static void
+turn_enqueue(struct gwturn *t, int at_head)
+{
+	TAILQ_REMOVE(&active, t, entry);
+	nactive--;
+	if (at_head)
+		TAILQ_INSERT_HEAD(&queue, t, entry);
+	else
+		TAILQ_INSERT_TAIL(&queue, t, entry);
+	t->queued = 1;
+	nqueued++;
+	stats_changed();
+}
+
 /* A worker is free: give it the oldest waiting Turn. */
 void
 turns_worker_idle(struct worker *w)
@@ -380,14 +395,9 @@ turns_worker_gone(struct worker *w)
 		}
 		log_info("turn %lld: its worker left before starting it; "
 		    "requeued", (long long)t->id);
-		TAILQ_REMOVE(&active, t, entry);
-		nactive--;
-		TAILQ_INSERT_HEAD(&queue, t, entry);
-		t->queued = 1;
-		nqueued++;
+		turn_enqueue(t, 1);
 		if ((w = idle_worker()) != NULL)
 			turn_assign(t, w);
-		stats_changed();
 		return;
 	}
 	log_warnx("turn %lld: its worker died mid-Turn", (long long)t->id);
@@ -562,12 +572,7 @@ turns_post(struct evhttp_request *req, const char *session_id)
 		turn_free(t);
 		return;
 	}
-	TAILQ_REMOVE(&active, t, entry);
-	nactive--;
-	TAILQ_INSERT_TAIL(&queue, t, entry);
-	t->queued = 1;
-	nqueued++;
-	stats_changed();
+	turn_enqueue(t, 0);
 }
 
 void
