@@ -49,13 +49,6 @@ local $ENV{FLEET_LM_API_KEY} = 'sk-test-secret-key';
 my ($rc, $out, $err) = $f->start;
 is($rc, 0, 'started') or BAIL_OUT($err);
 
-sub body_events {
-	my ($path) = @_;
-	open(my $fh, '<', $path) or return ();
-	local $/ = "\n\n";
-	return map { /^data: (.*)\n\n\z/s ? $1 : () } <$fh>;
-}
-
 sub run_turn {
 	my ($text, $expect, %o) = @_;
 	my $sid = $o{sid} // $f->session;
@@ -63,7 +56,7 @@ sub run_turn {
 	$req->{attachment_ids} = $o{attachments} if $o{attachments};
 	my ($body, $head) = $f->turn_post($sid,
 	    JSON::PP->new->canonical->encode($req), key => $o{key});
-	my @ev = body_events($body);
+	my @ev = sse_events($body);
 	is($ev[-1], '[DONE]', "$text: the stream ends with [DONE]");
 	my %r = (sid => $sid, body => $body, events => \@ev,
 	    chunks => [map { $_ eq '[DONE]' ? () : json_decode($_) } @ev]);
@@ -206,11 +199,9 @@ ok($maxlen < 12000, "every root prompt stays under 12000 bytes ($maxlen)");
 my $sid = $f->session;
 my ($pid, $body) = $f->turn_post($sid, '{"text":"case-sleep one"}',
     background => 1);
-my $started = wait_for(sub {
-	for (body_events($body)) { return $1 if /"messageId":"([0-9a-f-]+)"/ }
-}, 30, 'start');
-ok(wait_for(sub { grep { /data-rlm-output|sleeping/ } body_events($body) }
-    || wait_for(sub { grep { /data-rlm-code/ } body_events($body) }, 30),
+my $started = sse_run_id($body, 30);
+ok(wait_for(sub { grep { /data-rlm-output|sleeping/ } sse_events($body) }
+    || wait_for(sub { grep { /data-rlm-code/ } sse_events($body) }, 30),
     30), 'the long cell is running');
 my $t0 = time;
 my $c = $f->http('PUT', "/api/runs/$started/cancellation");
@@ -218,7 +209,7 @@ is($c->{status}, 200, 'PUT cancellation');
 is(json_decode($c->{content})->{state}, 'requested', 'state requested');
 waitpid($pid, 0);
 ok(time - $t0 < 20, 'the stream ended soon after');
-my @ev = body_events($body);
+my @ev = sse_events($body);
 is($ev[-1], '[DONE]', 'with [DONE]');
 like($ev[-2], qr/"type":"abort"/, 'after an abort');
 if ($checker) {
@@ -234,10 +225,8 @@ ok(wait_for(sub { my (undef, $s) = $f->psql("SELECT status FROM fleet_runs "
 $sid = $f->session;
 ($pid, $body) = $f->turn_post($sid, '{"text":"case-sleep two"}',
     background => 1);
-my $run2 = wait_for(sub {
-	for (body_events($body)) { return $1 if /"messageId":"([0-9a-f-]+)"/ }
-}, 30, 'start');
-ok(wait_for(sub { grep { /data-rlm-code/ } body_events($body) }, 30),
+my $run2 = sse_run_id($body, 30);
+ok(wait_for(sub { grep { /data-rlm-code/ } sse_events($body) }, 30),
     'the long cell is running');
 my $line = $f->log_wait(qr/run $run2 claimed/, 5);
 my ($wpid) = $line =~ /fleetd\[(\d+)\]: turnworker/;
@@ -247,7 +236,7 @@ $t0 = time;
 kill('KILL', $wpid);
 waitpid($pid, 0);
 ok(time - $t0 < 10, 'the stream ended at once');
-@ev = body_events($body);
+@ev = sse_events($body);
 is($ev[-1], '[DONE]', 'with [DONE]');
 like($ev[-3], qr/"type":"error","errorText":"Turn failed"/, 'an error');
 like($ev[-2], qr/"finishReason":"error"/, 'and finish(error)');

@@ -37,16 +37,9 @@ local $ENV{FLEET_LM_BASE_URL} = "http://127.0.0.1:$port/v1";
 my ($rc, $out, $err) = $f->start;
 is($rc, 0, 'started') or BAIL_OUT($err);
 
-sub events {
-	my ($path) = @_;
-	open(my $fh, '<', $path) or return ();
-	local $/ = "\n\n";
-	return map { /^data: (.*)\n\n\z/s ? $1 : () } <$fh>;
-}
-
 sub answer {
 	my ($path) = @_;
-	for (events($path)) {
+	for (sse_events($path)) {
 		return json_decode($_)->{delta} if /"type":"text-delta"/;
 	}
 	return undef;
@@ -55,7 +48,7 @@ sub answer {
 # A cell past execution_timeout is interrupted; the Turn goes on.
 my ($body) = $f->turn_post($f->session, '{"text":"case-loop"}');
 is(answer($body), 'survived', 'the Turn survives a runaway cell');
-my ($output) = grep { /"type":"data-rlm-output"/ } events($body);
+my ($output) = grep { /"type":"data-rlm-output"/ } sse_events($body);
 like($output, qr/KeyboardInterrupt/, 'the cell was interrupted');
 like($output, qr/longer than execution_timeout \(1 s\)/,
     'and its output says why');
@@ -70,17 +63,17 @@ my ($pb, $bb) = $f->turn_post($f->session, '{"text":"case-queued"}',
 ok(wait_for(sub { $f->status->{turns}{queued} == 1 }, 10, 'B queued'),
     'the second waits in the queue');
 my ($bc) = $f->turn_post($f->session, '{"text":"case-refused"}');
-my @c = events($bc);
+my @c = sse_events($bc);
 like($c[-3] // '', qr/"errorText":"Turn is unavailable"/,
     'the third is refused in-stream: the queue is full');
 ok(!grep({ /"type":"start"/ } @c), 'without a start');
-ok(wait_for(sub { (grep { /"phase":"preparation"/ } events($bb)) >= 3 },
+ok(wait_for(sub { (grep { /"phase":"preparation"/ } sse_events($bb)) >= 3 },
     10, 'heartbeats'), 'the queued Turn gets the prelude as a heartbeat');
 waitpid($pa, 0);
 is(answer($ba), 'held', 'the first Turn completes');
 waitpid($pb, 0);
 is(answer($bb), 'queued ran', 'then the queued one runs');
-my @b = events($bb);
+my @b = sse_events($bb);
 my ($first_start) = grep { $b[$_] =~ /"type":"start"/ } 0 .. $#b;
 ok(!grep({ $b[$_] =~ /"phase":"preparation"/ } $first_start .. $#b),
     'and no prelude follows its start');
@@ -118,7 +111,7 @@ if ($dpid == 0) {
 ok(wait_for(sub { $f->status->{state} eq 'draining' }, 10, 'draining'),
     'fleetd is draining');
 my ($br) = $f->turn_post($f->session, '{"text":"case-cli"}');
-like((events($br))[-3] // '', qr/Turn is unavailable/,
+like((sse_events($br))[-3] // '', qr/Turn is unavailable/,
     'a new Turn is refused while draining');
 waitpid($dpid, 0);
 is($? >> 8, 0, 'drain --wait returned 0');

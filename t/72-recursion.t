@@ -21,13 +21,6 @@ my $script = <<'EOS';
 {"match":"case-leave","repeat":true,"content":"```python\nimport time\ntime.sleep(60)\n```"}
 EOS
 
-sub events {
-	my ($path) = @_;
-	open(my $fh, '<', $path) or return ();
-	local $/ = "\n\n";
-	return map { /^data: (.*)\n\n\z/s ? $1 : () } <$fh>;
-}
-
 my $f = Fleet->new(workers => 1, extra => "recursion_enabled = true\n"
     . "sandbox_warm = 1\n");
 my ($port) = $f->lmstub($script);
@@ -37,7 +30,7 @@ is($rc, 0, 'started with recursion enabled') or BAIL_OUT($err);
 
 my $created = $f->status->{pool}{created_total};
 my ($body, $head) = $f->turn_post($f->session, '{"text":"case-rec"}');
-my @ev = map { $_ eq '[DONE]' ? () : json_decode($_) } events($body);
+my @ev = map { $_ eq '[DONE]' ? () : json_decode($_) } sse_events($body);
 my ($text) = map { $_->{delta} } grep { $_->{type} eq 'text-delta' } @ev;
 is($text, '4 / sub answered', 'the child answered, and its own rlm_query '
     . 'went to the sub-model');
@@ -56,10 +49,8 @@ if ($checker) {
 # A client that goes away cancels the Run.
 my $sid = $f->session;
 my ($pid, $b2) = $f->turn_post($sid, '{"text":"case-leave"}', background => 1);
-my $run = wait_for(sub {
-	for (events($b2)) { return $1 if /"messageId":"([0-9a-f-]+)"/ }
-}, 30, 'start');
-ok(wait_for(sub { grep { /data-rlm-code/ } events($b2) }, 30),
+my $run = sse_run_id($b2, 30);
+ok(wait_for(sub { grep { /data-rlm-code/ } sse_events($b2) }, 30),
     'a long cell is running');
 my $active = $f->status->{pool}{active};
 kill('KILL', $pid);
@@ -81,7 +72,7 @@ local $ENV{FLEET_LM_BASE_URL} = "http://127.0.0.1:$port/v1";
 is($rc, 0, 'started without recursion') or BAIL_OUT($err);
 ($body) = $g->turn_post($g->session, '{"text":"case-off"}');
 ($text) = map { json_decode($_)->{delta} } grep { /"text-delta"/ }
-    events($body);
+    sse_events($body);
 like($text, qr/^refused: rlm_query is not enabled/, 'rlm_query is refused');
 ($rc) = $g->stop;
 is($rc, 0, 'stop');

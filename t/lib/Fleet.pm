@@ -17,12 +17,31 @@ use Test::More;
 use Time::HiRes qw(time sleep);
 use Exporter 'import';
 
-our @EXPORT = qw(wait_for json_decode run_cmd);
+our @EXPORT = qw(wait_for json_decode run_cmd sse_events sse_run_id);
 
 our $TOP = abs_path(dirname(__FILE__) . '/../..');
 our $BIN = "$TOP/bin";
 
 sub json_decode { JSON::PP->new->decode($_[0]) }
+
+# The data: payloads of a captured SSE body, [DONE] included, in order.
+sub sse_events {
+	my ($path) = @_;
+	open(my $fh, '<', $path) or return ();
+	local $/ = "\n\n";
+	return map { /^data: (.*)\n\n\z/s ? $1 : () } <$fh>;
+}
+
+# Wait for the start chunk of a captured SSE body; returns its Run id.
+sub sse_run_id {
+	my ($path, $timeout) = @_;
+	return wait_for(sub {
+		for (sse_events($path)) {
+			return $1 if /"messageId":"([0-9a-f-]+)"/;
+		}
+		return;
+	}, $timeout, 'start');
+}
 
 # Run a command; returns (exit status, stdout, stderr).
 sub run_cmd {
